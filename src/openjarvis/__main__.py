@@ -1,0 +1,5 @@
+"""`python -m openjarvis` is the `ipw` command."""
+
+from openjarvis.cli.ipw import main
+
+main()

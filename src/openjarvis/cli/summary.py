@@ -1,0 +1,72 @@
+"""How a finished measurement is shown: one Rich table for people, or JSON for programs."""
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from openjarvis.evals.metrics import Estimate
+from openjarvis.evals.runner import MeasureResult
+
+__all__ = ["print_summary", "summary_dict"]
+
+
+def _with_interval(estimate: Estimate, digits: int = 3, scale: float = 1.0) -> str:
+    if estimate.value is None:
+        return "—"
+    text = f"{estimate.value * scale:.{digits}g}"
+    if estimate.low is not None and estimate.high is not None:
+        text += f"  [{estimate.low * scale:.{digits}g}, {estimate.high * scale:.{digits}g}]"
+    return text
+
+
+def _plain(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def summary_dict(result: MeasureResult) -> dict[str, object]:
+    """The figures of the summary table, as JSON-ready data (nulls stay null)."""
+    return {
+        "run_id": result.run_id,
+        "model": result.model_name,
+        "energy_scope": result.energy_scope,
+        "energy_method": result.energy_method,
+        "energy_note": result.energy_note,
+        "unavailable_sources": result.unavailable_sources,
+        "sandbox_isolation": result.sandbox_isolation,
+        "sandbox_note": result.sandbox_note,
+        "figures": result.figures.to_dict(),
+    }
+
+
+def print_summary(result: MeasureResult, console: Console, as_json: bool) -> None:
+    if as_json:
+        console.file.write(json.dumps(summary_dict(result), indent=2) + "\n")
+        return
+    figures = result.figures
+    method = result.energy_method or "none"
+    label = f" ({method})" if method != "counter" else ""
+    table = Table(title=f"ipw measure · {result.model_name} · run {result.run_id[:8]}")
+    table.add_column("figure")
+    table.add_column("value  [95 % interval]", justify="right")
+    table.add_row("tasks", f"{figures.tasks} tasks, {figures.samples} sample(s) each")
+    table.add_row("accuracy (pass@1)", _with_interval(figures.accuracy))
+    for k, estimate in figures.pass_at_k.items():
+        if k > 1:
+            table.add_row(f"pass@{k}", _with_interval(estimate))
+    table.add_row(f"mean J per task{label}", _with_interval(figures.mean_energy_j))
+    table.add_row(f"mean J per task, net of idle{label}", _with_interval(figures.mean_net_energy_j))
+    table.add_row(f"accuracy per joule{label}", _with_interval(figures.accuracy_per_joule))
+    table.add_row(f"mean W{label}", _with_interval(figures.mean_power_w))
+    table.add_row("decode tokens/s (median)", _plain(figures.decode_tokens_per_s, ".1f"))
+    table.add_row(
+        "latency p50 / p95 (s)",
+        f"{_plain(figures.latency_p50_s, '.2f')} / {_plain(figures.latency_p95_s, '.2f')}",
+    )
+    table.add_row("energy method · scope", f"{method} · {result.energy_scope}")
+    console.print(table)
+    if result.energy_note:
+        console.print(f"[yellow]note:[/] {result.energy_note}")
+    for line in result.unavailable_sources:
+        console.print(f"[dim]not measured: {line}[/]")
+    console.print(f"[dim]sandbox: {result.sandbox_note}[/]")

@@ -1,0 +1,262 @@
+"""`ipw measure` as data flows (ARCHITECTURE.md): generate inside energy windows, score outside
+them in the sandbox, and save each task to the store at once.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from openjarvis import __version__
+from openjarvis.errors import UserError
+from openjarvis.evals.metrics import RunFigures, TaskFigures, compute_figures
+from openjarvis.evals.sandbox import Sandbox
+from openjarvis.evals.scoring import score_completions
+from openjarvis.evals.suites import load_suite
+from openjarvis.evals.types import Task
+from openjarvis.hostinfo import describe_host
+from openjarvis.power import Meter
+from openjarvis.power.types import Scope, SourceEnergy, WindowEnergy
+from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
+from openjarvis.runtime.models import resolve_model
+from openjarvis.runtime.types import Completion, GenerationRequest
+from openjarvis.store import Store, open_store
+from openjarvis.store.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
+
+__all__ = ["MeasureResult", "MeasureSpec", "run_measure"]
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureSpec:
+    model_path: str | None = None  # None: the embedded default
+    suite: str = "humaneval"
+    limit: int | None = 20  # None: every task
+    samples: int = 1
+    temperature: float = 0.0
+    seed: int = 0
+    idle_seconds: float = 10.0
+    scope: Scope = "system"
+    db_url: str | None = None
+    n_ctx: int = 4096
+    threads: int | None = None
+    timeout_s: float = 10.0
+
+    def validate(self) -> None:
+        if self.limit is not None and self.limit < 1:
+            raise UserError(f"--limit must be at least 1 (got {self.limit}); use --all for all")
+        if self.samples < 1:
+            raise UserError(f"--samples must be at least 1 (got {self.samples})")
+        if self.samples > 1 and self.temperature == 0:
+            raise UserError("--samples above 1 needs --temperature above 0 (greedy repeats itself)")
+        if self.idle_seconds < 0:
+            raise UserError(f"--idle-seconds must be 0 or more (got {self.idle_seconds})")
+        if self.timeout_s <= 0:
+            raise UserError(f"--timeout must be above 0 seconds (got {self.timeout_s})")
+
+
+@dataclass(slots=True)
+class MeasureResult:
+    run_id: str
+    model_name: str
+    figures: RunFigures
+    energy_scope: Scope
+    energy_method: str | None
+    energy_note: str | None  # why energy is missing or estimated, for the summary
+    sandbox_isolation: str
+    sandbox_note: str
+    unavailable_sources: list[str] = field(default_factory=list)
+
+
+# Called after each task with (task_id, samples passed, samples).
+ProgressCallback = Callable[[str, int, int], None]
+
+
+def run_measure(
+    spec: MeasureSpec,
+    on_start: Callable[[int], None] = lambda total: None,
+    on_task: ProgressCallback = lambda task_id, passed, samples: None,
+) -> MeasureResult:
+    """Run a suite on a model with the meter on; every check on input happens before any row."""
+    spec.validate()
+    tasks = load_suite(spec.suite)
+    if spec.limit is not None:
+        tasks = tasks[: spec.limit]
+    model = resolve_model(spec.model_path)
+    store = open_store(spec.db_url)
+    try:
+        engine = LlamaCppEngine(
+            model.path,
+            LlamaCppSettings(n_ctx=spec.n_ctx, n_threads=spec.threads, reuse_prompt_cache=False),
+        )
+        try:
+            sandbox = Sandbox.detect()
+            with Meter.discover(scope=spec.scope) as meter:
+                idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
+                gpus = tuple(s.name for s in meter.statuses if s.available and s.domain == "gpu")
+                host = describe_host(gpus=gpus)
+                store.upsert_host(host)
+                run = RunRecord(
+                    model_name=model.name,
+                    model_path=str(model.path),
+                    model_sha256=model.sha256,
+                    engine="llamacpp",
+                    engine_settings=engine.settings_dict(),
+                    suite=spec.suite,
+                    options=_options(spec, sandbox),
+                    energy_scope=spec.scope,
+                    energy_method=meter.method,
+                    sandbox_isolation=sandbox.isolation,
+                    tool_version=__version__,
+                    idle_power_w=dict(idle.power_w) if idle else {},
+                    host=host,
+                )
+                run_id = store.create_run(run)
+                on_start(len(tasks))
+                figures = _run_tasks(spec, tasks, engine, sandbox, meter, store, run_id, on_task)
+                result = MeasureResult(
+                    run_id=run_id,
+                    model_name=model.name,
+                    figures=figures,
+                    energy_scope=spec.scope,
+                    energy_method=meter.method,
+                    energy_note=_energy_note(meter),
+                    sandbox_isolation=sandbox.isolation,
+                    sandbox_note=sandbox.isolation_note,
+                    unavailable_sources=[
+                        f"{s.name}: {s.detail or s.reason}"
+                        for s in meter.statuses
+                        if not s.available
+                    ],
+                )
+                store.finish_run(run_id, "complete", figures.to_dict())
+                return result
+        finally:
+            engine.close()
+    finally:
+        store.close()
+
+
+def _run_tasks(
+    spec: MeasureSpec,
+    tasks: list[Task],
+    engine: LlamaCppEngine,
+    sandbox: Sandbox,
+    meter: Meter,
+    store: Store,
+    run_id: str,
+    on_task: ProgressCallback,
+) -> RunFigures:
+    run_start_s = time.monotonic()
+    figures: list[TaskFigures] = []
+    try:
+        for task in tasks:
+            completions: list[Completion] = []
+            windows: list[WindowEnergy] = []
+            for sample in range(spec.samples):
+                request = GenerationRequest(
+                    prompt=task.prompt,
+                    max_tokens=task.max_tokens,
+                    stop=task.stop,
+                    temperature=spec.temperature,
+                    seed=spec.seed + sample,
+                )
+                with meter.window(f"{task.task_id}#{sample}") as window:
+                    completions.append(engine.generate(request))
+                windows.append(window.result)
+            # Scoring runs after the windows closed: tests are not charged to the model.
+            outcomes = score_completions(
+                [(task, c.text) for c in completions], sandbox, timeout_s=spec.timeout_s
+            )
+            record = _task_record(task, completions, windows, [o.status for o in outcomes])
+            store.save_task_result(run_id, record)
+            samples = [
+                PowerSampleRecord(s.source, s.time_s - run_start_s, s.power_w)
+                for s in meter.drain_trace()
+            ]
+            store.add_power_samples(run_id, samples)
+            figures.append(_task_figures(record))
+            on_task(task.task_id, record.passed, record.samples)
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted", None)
+        raise
+    except BaseException:
+        store.finish_run(run_id, "failed", None)
+        raise
+    return compute_figures(figures)
+
+
+def _sum_or_none(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _task_record(
+    task: Task, completions: list[Completion], windows: list[WindowEnergy], statuses: list[str]
+) -> TaskResultRecord:
+    """Fold a task's samples into one record: energy summed per source over its windows."""
+    by_source: dict[str, list[SourceEnergy]] = {}
+    for window in windows:
+        for source in window.sources:
+            by_source.setdefault(source.source, []).append(source)
+    energy = tuple(
+        EnergyRecord(
+            source=name,
+            domain=parts[0].domain,
+            method=parts[0].method,
+            energy_j=_sum_or_none([p.energy_j for p in parts]),
+            net_energy_j=_sum_or_none([p.net_energy_j for p in parts]),
+            idle_power_w=parts[0].idle_power_w,
+            null_reason=next((p.null_reason for p in parts if p.null_reason), None),
+            low_resolution=any(p.low_resolution for p in parts),
+        )
+        for name, parts in by_source.items()
+    )
+    ttfts = [c.ttft_s for c in completions if c.ttft_s is not None]
+    rates = [r for c in completions if (r := c.decode_tokens_per_s) is not None]
+    return TaskResultRecord(
+        task_id=task.task_id,
+        samples=len(completions),
+        passed=sum(status == "passed" for status in statuses),
+        latency_s=sum(w.duration_s for w in windows),
+        ttft_s=sum(ttfts) / len(ttfts) if ttfts else None,
+        decode_tokens_per_s=sum(rates) / len(rates) if rates else None,
+        prompt_tokens=sum(c.prompt_tokens for c in completions),
+        completion_tokens=sum(c.completion_tokens for c in completions),
+        energy_j=_sum_or_none([w.energy_j for w in windows]),
+        net_energy_j=_sum_or_none([w.net_energy_j for w in windows]),
+        energy_null_reason=next((w.null_reason for w in windows if w.null_reason), None),
+        completions=tuple(c.text for c in completions),
+        statuses=tuple(statuses),
+        energy=energy,
+    )
+
+
+def _task_figures(record: TaskResultRecord) -> TaskFigures:
+    return TaskFigures(
+        samples=record.samples,
+        passed=record.passed,
+        latency_s=record.latency_s,
+        energy_j=record.energy_j,
+        net_energy_j=record.net_energy_j,
+        completion_tokens=record.completion_tokens,
+        ttft_s=record.ttft_s,
+        decode_tokens_per_s=record.decode_tokens_per_s,
+    )
+
+
+def _options(spec: MeasureSpec, sandbox: Sandbox) -> dict[str, object]:
+    return {
+        "limit": spec.limit,
+        "samples": spec.samples,
+        "temperature": spec.temperature,
+        "seed": spec.seed,
+        "idle_seconds": spec.idle_seconds,
+        "timeout_s": spec.timeout_s,
+        "sandbox_note": sandbox.isolation_note,
+    }
+
+
+def _energy_note(meter: Meter) -> str | None:
+    if meter.method == "estimate":
+        return "energy is an estimate from CPU utilisation and a TDP model, not a measurement"
+    if meter.method is None:
+        return "no energy source in scope: figures are null"
+    return None

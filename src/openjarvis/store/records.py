@@ -1,0 +1,98 @@
+"""Plain dataclasses the store takes and gives back; no SQL crosses this border.
+
+The store is a leaf package, so it defines its own records instead of importing
+other packages' types. Units are in the names; None means unknown, with a reason.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+__all__ = [
+    "EnergyRecord",
+    "HostRecord",
+    "PowerSampleRecord",
+    "RunRecord",
+    "TaskResultRecord",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class HostRecord:
+    """The machine a run was measured on. `fingerprint` is a stable hash of the rest."""
+
+    fingerprint: str
+    hostname: str
+    cpu_model: str
+    cpu_physical_cores: int
+    cpu_logical_cores: int
+    memory_bytes: int
+    gpus: tuple[str, ...]  # "NVIDIA H200 (GPU-uuid)" per visible GPU
+    gpu_driver: str | None
+    os: str  # platform.platform()
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """One `ipw measure` run. `id` is assigned by the store (a uuid4 hex string)."""
+
+    model_name: str
+    model_path: str | None
+    model_sha256: str | None
+    engine: str  # "llamacpp"
+    engine_settings: dict[str, object]
+    suite: str  # "humaneval"
+    options: dict[str, object]  # limit, samples, temperature, seed, idle_seconds, ...
+    energy_scope: str  # "accelerator" | "system"
+    energy_method: str | None  # weakest method over the run's sources
+    sandbox_isolation: str  # "bubblewrap" | "namespaces" | "rlimits-only", see evals.sandbox
+    tool_version: str
+    state: str = "running"  # "running" | "complete" | "interrupted" | "failed"
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    idle_power_w: dict[str, float | None] = field(default_factory=dict)  # per source
+    summary: dict[str, object] | None = None  # the figures of evals.metrics, as JSON
+    id: str | None = None
+    host: HostRecord | None = None
+    model_quantisation: str | None = None  # "Q4_K_M"; None when unknown or not quantised
+    model_parameters: int | None = None  # parameter count, when known
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyRecord:
+    """One source's energy over one task's inference windows."""
+
+    source: str
+    domain: str  # "gpu" | "cpu" | "dram" | "platform"
+    method: str  # "counter" | "integrated" | "estimate"
+    energy_j: float | None
+    net_energy_j: float | None
+    idle_power_w: float | None
+    null_reason: str | None
+    low_resolution: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResultRecord:
+    """One task of a run: its samples' outcome, timings, tokens and energy."""
+
+    task_id: str
+    samples: int  # n
+    passed: int  # c, samples that passed
+    latency_s: float  # tau_i: wall time of the inference windows, summed over samples
+    ttft_s: float | None  # mean over samples
+    decode_tokens_per_s: float | None  # mean over samples
+    prompt_tokens: int  # summed over samples
+    completion_tokens: int  # summed over samples
+    energy_j: float | None  # E_i over the run's scope (None with energy_null_reason)
+    net_energy_j: float | None
+    energy_null_reason: str | None
+    completions: tuple[str, ...]  # the text of each sample
+    statuses: tuple[str, ...]  # sandbox status of each sample
+    energy: tuple[EnergyRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PowerSampleRecord:
+    source: str
+    time_s: float  # seconds since the run started
+    power_w: float

@@ -1,0 +1,128 @@
+"""`ipw measure` end to end: the real embedded model, the real sandbox, a temporary database."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openjarvis.store import open_store
+
+pytestmark = pytest.mark.e2e
+
+
+def _ipw(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "openjarvis", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+@pytest.fixture()
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "COLUMNS": "120"}
+
+
+def test_measure_two_tasks_stores_rows_and_prints_figures(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    db = tmp_path / "runs.db"
+    done = _ipw("measure", "--limit", "2", "--idle-seconds", "2", "--db", str(db), env=env)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for figure in (
+        "accuracy (pass@1)",
+        "mean J per task",
+        "accuracy per joule",
+        "mean W",
+        "decode tokens/s",
+        "energy method · scope",
+    ):
+        assert figure in out
+    with open_store(str(db)) as store:
+        runs = store.list_runs()
+        assert len(runs) == 1
+        run = runs[0]
+        assert run.state == "complete"
+        assert run.model_name == "gemma-3-270m-it-Q4_K_M"
+        results = store.task_results(run.id or "")
+    assert [r.task_id for r in results] == ["HumanEval/0", "HumanEval/1"]
+    for result in results:
+        assert result.completion_tokens > 0
+        assert result.latency_s > 0
+        assert result.statuses[0] in ("passed", "failed", "timeout", "error")
+        # Energy is measured or estimated, never silently 0: known and positive, or null+reason.
+        if result.energy_j is None:
+            assert result.energy_null_reason
+        else:
+            assert result.energy_j > 0
+            assert all(e.method in ("counter", "integrated", "estimate") for e in result.energy)
+    # The printed method is the run's stored method.
+    assert str(run.energy_method) in out
+
+
+def test_measure_json_prints_the_same_figures(tmp_path: Path, env: dict[str, str]) -> None:
+    db = tmp_path / "runs.db"
+    done = _ipw(
+        "measure", "--limit", "1", "--idle-seconds", "1", "--db", str(db), "--json", env=env
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    figures = summary["figures"]
+    assert figures["tasks"] == 1
+    assert summary["energy_scope"] == "system"
+    assert summary["energy_method"] in ("counter", "integrated", "estimate")
+    apj = figures["accuracy_per_joule"]
+    assert apj["value"] is not None or apj["null_reason"]
+    with open_store(str(db)) as store:
+        (run,) = store.list_runs()
+        assert run.summary is not None
+        assert run.summary["accuracy"] == figures["accuracy"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "/nonexistent/model.gguf"], "model file not found"),
+        (["--suite", "nosuch"], "unknown suite"),
+        (["--limit", "0"], "--limit must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_rows(
+    tmp_path: Path, env: dict[str, str], args: list[str], message: str
+) -> None:
+    db = tmp_path / "runs.db"
+    done = _ipw("measure", "--db", str(db), *args, env=env)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+    assert not db.exists() or _run_count(db) == 0
+
+
+def test_non_gguf_model_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
+    fake = tmp_path / "model.gguf"
+    fake.write_text("this is not a model")
+    done = _ipw("measure", "--model", str(fake), "--db", str(tmp_path / "x.db"), env=env)
+    assert done.returncode == 2
+    assert "not a GGUF model file" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_unwritable_database_path_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("a file where a folder should be")
+    done = _ipw("measure", "--db", str(blocker / "ipw.db"), env=env)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _run_count(db: Path) -> int:
+    with open_store(str(db)) as store:
+        return len(store.list_runs())

@@ -1,0 +1,83 @@
+import math
+
+import pytest
+
+from openjarvis.evals.metrics import TaskFigures, compute_figures
+
+
+def _task(
+    passed: int,
+    energy_j: float | None,
+    latency_s: float = 2.0,
+    tokens: int = 10,
+    samples: int = 1,
+    net: float | None = None,
+) -> TaskFigures:
+    return TaskFigures(
+        samples=samples,
+        passed=passed,
+        latency_s=latency_s,
+        energy_j=energy_j,
+        net_energy_j=net if net is not None else (None if energy_j is None else energy_j / 2),
+        completion_tokens=tokens,
+    )
+
+
+def test_accuracy_per_joule_is_accuracy_over_mean_energy_per_task() -> None:
+    figures = compute_figures([_task(1, 10.0), _task(0, 30.0), _task(1, 20.0), _task(0, 40.0)])
+    assert figures.accuracy.value == pytest.approx(0.5)
+    assert figures.mean_energy_j.value == pytest.approx(25.0)
+    assert figures.accuracy_per_joule.value == pytest.approx(0.5 / 25.0)
+    # Net: each task's net energy is half its gross here.
+    assert figures.accuracy_per_joule_net.value == pytest.approx(0.5 / 12.5)
+    assert figures.joules_per_solved_task.value == pytest.approx(50.0)
+    assert figures.joules_per_output_token.value == pytest.approx(100.0 / 40)
+    # Mean power is the mean of per-task powers E_i / tau_i (tau = 2 s each).
+    assert figures.mean_power_w.value == pytest.approx(12.5)
+    assert figures.accuracy_per_watt.value == pytest.approx(0.5 / 12.5)
+
+
+def test_accuracy_per_joule_does_not_fall_as_tasks_are_added() -> None:
+    few = compute_figures([_task(1, 10.0), _task(0, 10.0)])
+    many = compute_figures([_task(1, 10.0), _task(0, 10.0)] * 10)
+    assert few.accuracy_per_joule.value == pytest.approx(many.accuracy_per_joule.value)
+
+
+def test_intervals_bracket_the_value_and_are_reproducible() -> None:
+    tasks = [_task(i % 3 == 0, 5.0 + i) for i in range(30)]
+    first = compute_figures(tasks)
+    second = compute_figures(tasks)
+    apj = first.accuracy_per_joule
+    assert apj.low is not None and apj.high is not None and apj.value is not None
+    assert apj.low < apj.value < apj.high
+    assert (apj.low, apj.high) == (second.accuracy_per_joule.low, second.accuracy_per_joule.high)
+
+
+def test_unknown_energy_is_null_with_a_reason_never_zero() -> None:
+    figures = compute_figures([_task(1, 10.0), _task(1, None)])
+    assert figures.accuracy.value == 1.0
+    assert figures.accuracy_per_joule.value is None
+    assert figures.accuracy_per_joule.null_reason == "energy-unknown"
+    assert figures.mean_energy_j.value is None
+
+
+def test_joules_per_solved_task_is_null_when_nothing_passed() -> None:
+    figures = compute_figures([_task(0, 10.0), _task(0, 12.0)])
+    assert figures.accuracy_per_joule.value == 0.0
+    assert figures.joules_per_solved_task.value is None
+    assert figures.joules_per_solved_task.null_reason == "undefined"
+
+
+def test_pass_at_k_for_every_k_up_to_n() -> None:
+    figures = compute_figures([_task(1, 10.0, samples=3), _task(0, 10.0, samples=3)])
+    assert set(figures.pass_at_k) == {1, 2, 3}
+    # Task 1: c=1 of n=3. pass@1 = 1/3, pass@2 = 1 - C(2,2)/C(3,2) = 2/3, pass@3 = 1.
+    assert figures.pass_at_k[1].value == pytest.approx((1 / 3) / 2)
+    assert figures.pass_at_k[2].value == pytest.approx((2 / 3) / 2)
+    assert figures.pass_at_k[3].value == pytest.approx(0.5)
+    assert math.isclose(figures.accuracy.value or 0, 1 / 6)
+
+
+def test_no_tasks_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        compute_figures([])

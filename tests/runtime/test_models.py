@@ -1,0 +1,39 @@
+from pathlib import Path
+
+import pytest
+
+from openjarvis.errors import UserError
+from openjarvis.runtime.models import check_gguf, resolve_model
+
+
+def test_missing_model_file_says_how_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"model file not found.*--model"):
+        resolve_model(str(tmp_path / "nope.gguf"))
+
+
+def test_non_gguf_file_is_refused(tmp_path: Path) -> None:
+    bogus = tmp_path / "weights.bin"
+    bogus.write_bytes(b"PK\x03\x04 not a gguf")
+    with pytest.raises(UserError, match="not a GGUF model file"):
+        check_gguf(bogus)
+
+
+def test_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not a file"):
+        check_gguf(tmp_path)
+
+
+def test_a_gguf_path_is_hashed_and_named(tmp_path: Path) -> None:
+    path = tmp_path / "tiny-model.Q8_0.gguf"
+    path.write_bytes(b"GGUF" + b"\0" * 60)
+    model = resolve_model(str(path))
+    assert model.name == "tiny-model.Q8_0"
+    assert model.quantisation == "Q8_0"
+    assert len(model.sha256) == 64
+
+
+def test_embedded_default_assembles_with_its_checksum() -> None:
+    model = resolve_model(None)
+    assert model.path.is_file()
+    assert model.path.stat().st_size > 200_000_000
+    assert model.quantisation == "Q4_K_M"
