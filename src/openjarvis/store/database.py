@@ -1,0 +1,227 @@
+"""Opening the results database: where it lives, checking the URL, SQLite settings, migrations.
+
+Every failure a user can fix becomes a one-line UserError that names the fix.
+"""
+
+import os
+import re
+from contextlib import suppress
+from dataclasses import dataclass, field
+from itertools import takewhile
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+
+from openjarvis.errors import UserError
+from openjarvis.store.store import Store
+
+__all__ = ["DATABASE_ENV_VAR", "default_database_url", "open_store"]
+
+DATABASE_ENV_VAR = "OPENJARVIS_DB"
+DATABASE_FILENAME = "ipw.db"
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 10_000  # a second writer (a merge, the server) waits instead of failing
+FIX = f"pass --db or set {DATABASE_ENV_VAR}"
+
+# The pip package that provides each DBAPI module SQLAlchemy may ask for.
+DRIVER_PACKAGES = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "psycopg[binary]",
+    "pg8000": "pg8000",
+    "asyncpg": "asyncpg",
+    "pymysql": "PyMySQL",
+    "MySQLdb": "mysqlclient",
+    "oracledb": "oracledb",
+    "pyodbc": "pyodbc",
+}
+
+
+def default_database_url() -> str:
+    """$OPENJARVIS_DB if set, else SQLite at $XDG_DATA_HOME/openjarvis/ipw.db."""
+    override = os.environ.get(DATABASE_ENV_VAR)
+    if override:
+        return _as_url(override)
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    # The XDG spec says a relative XDG_DATA_HOME is invalid and must be ignored.
+    if not os.path.isabs(data_home):
+        data_home = str(Path.home() / ".local" / "share")
+    return _as_url(str(Path(data_home) / "openjarvis" / DATABASE_FILENAME))
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open (creating and migrating as needed) the database at `url`, a path, or the default."""
+    location = _as_url(url) if url else default_database_url()
+    parsed = _parse(location)
+    shown = parsed.render_as_string(hide_password=True)
+    database_file = _sqlite_file(parsed)
+    created = _create_file(database_file) if database_file is not None else _Created()
+    try:
+        engine = _create_engine(parsed, shown)
+        try:
+            _migrate(engine, shown)
+        except BaseException:
+            engine.dispose()
+            raise
+    except BaseException:
+        created.remove()
+        raise
+    return Store(engine)
+
+
+def _as_url(url_or_path: str) -> str:
+    if "://" in url_or_path:
+        return url_or_path
+    return f"sqlite:///{Path(url_or_path).expanduser().absolute()}"
+
+
+def _parse(location: str) -> URL:
+    try:
+        return make_url(location)
+    except (ArgumentError, ValueError) as error:
+        raise UserError(
+            f"cannot parse database URL '{_hide_password(location)}' ({error}); use a path or "
+            "a SQLAlchemy URL such as sqlite:///path/ipw.db or postgresql+psycopg://user@host/db"
+        ) from None
+
+
+def _hide_password(location: str) -> str:
+    """A URL SQLAlchemy cannot parse, fit for a message: 'user:secret@' becomes 'user:***@'."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", location)
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    """The file behind a SQLite URL, or None for in-memory and non-SQLite databases."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    if url.query.get("uri") or url.database.startswith("file:"):
+        return None  # SQLite URI filenames carry their own mode; SQLite alone interprets them
+    return Path(url.database).absolute()
+
+
+@dataclass
+class _Created:
+    """What opening created on disk, so that a failed open can take it away again."""
+
+    file: Path | None = None
+    directories: list[Path] = field(default_factory=list)
+
+    def remove(self) -> None:
+        if self.file is not None:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{self.file}{suffix}").unlink(missing_ok=True)
+        for directory in reversed(self.directories):
+            # A directory that something else put a file in meanwhile stays.
+            with suppress(OSError):
+                directory.rmdir()
+
+
+def _create_file(path: Path) -> _Created:
+    """Create the database file and its directories ourselves, for errors that name the cause."""
+    created = _Created()
+    if path.is_dir():
+        raise UserError(f"cannot create database at {path}: it is a directory; {FIX}")
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise UserError(f"cannot open database at {path}: permission denied; {FIX}")
+        return created
+    missing = list(takewhile(lambda parent: not parent.exists(), path.parents))
+    ancestor = path.parents[len(missing)]
+    if not ancestor.is_dir():
+        raise UserError(f"cannot create database at {path}: {ancestor} is not a directory; {FIX}")
+    try:
+        for directory in reversed(missing):
+            with suppress(FileExistsError):  # another process made it: theirs to keep
+                directory.mkdir()
+                created.directories.append(directory)
+        # O_EXCL: a file another process created since the check above is theirs, not ours.
+        with suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            created.file = path
+    except OSError as error:
+        created.remove()
+        reason = (error.strerror or str(error)).lower()
+        raise UserError(f"cannot create database at {path}: {reason}; {FIX}") from None
+    return created
+
+
+def _create_engine(url: URL, shown: str) -> Engine:
+    options: dict[str, object] = {}
+    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        # One shared connection, or every connection would see its own empty in-memory database.
+        options = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+    try:
+        engine = create_engine(url, **options)
+    except NoSuchModuleError:
+        raise UserError(
+            f"unknown database type '{url.drivername}' in {shown}; use a path or a URL such as "
+            "sqlite:///path/ipw.db or postgresql+psycopg://user@host/db"
+        ) from None
+    except ImportError as error:
+        module = (error.name or "").split(".")[0]
+        package = DRIVER_PACKAGES.get(module, module or "the database driver")
+        if "[" in package:
+            package = f"'{package}'"  # unquoted brackets are a glob to zsh
+        raise UserError(
+            f"the driver for {url.drivername} databases is not installed (no module "
+            f"'{module}'); install it with `pip install {package}` or {FIX} to a SQLite path"
+        ) from None
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _configure_sqlite_connection)
+    return engine
+
+
+def _configure_sqlite_connection(
+    dbapi_connection: DBAPIConnection, connection_record: ConnectionPoolEntry
+) -> None:
+    # SQLite-only SQL stays here and in _lock_for_migration. These settings are per connection.
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        # WAL lets readers (reports, the server) run while a measurement writes.
+        cursor.execute("PRAGMA journal_mode = WAL")
+    finally:
+        cursor.close()
+
+
+def _lock_for_migration(connection: Connection) -> None:
+    # Two processes opening a new SQLite file at once would both create the tables; taking the
+    # write lock first makes the second wait (busy_timeout), then find the schema at head.
+    # It also makes the migration one transaction, so a failure leaves no half-built schema.
+    if connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _migrate(engine: Engine, shown: str) -> None:
+    """Bring the schema to the newest revision; a no-op when it is already there."""
+    config = Config()
+    # Config values go through ConfigParser interpolation, so a '%' in the path must be doubled.
+    config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+    try:
+        with engine.begin() as connection:
+            _lock_for_migration(connection)
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+    except CommandError as error:
+        raise UserError(
+            f"database {shown} has a schema this OpenJarvis does not know ({error}); "
+            f"upgrade openjarvis or {FIX}"
+        ) from None
+    except OperationalError as error:
+        raise UserError(f"cannot open database {shown}: {_first_line(error)}; {FIX}") from None
+    except DatabaseError as error:
+        raise UserError(
+            f"{shown} is not an OpenJarvis database ({_first_line(error)}); {FIX} to another file"
+        ) from None
+
+
+def _first_line(error: DatabaseError) -> str:
+    text = str(error.orig).strip()
+    return text.splitlines()[0] if text else type(error.orig).__name__

@@ -1,0 +1,303 @@
+"""The results database's tables as SQLAlchemy declarative models, and their records.
+
+Each model converts to and from the plain dataclasses in `records`, so no row leaves the store.
+"""
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from openjarvis.store.records import EnergyRecord, HostRecord, RunRecord, TaskResultRecord
+
+__all__ = [
+    "RUN_STATES",
+    "Base",
+    "EnergyReading",
+    "Host",
+    "Model",
+    "PowerSample",
+    "Run",
+    "TaskResult",
+    "UTCDateTime",
+]
+
+RUN_STATES = ("running", "complete", "interrupted", "failed")
+
+# Named constraints let later migrations alter tables on SQLite (batch mode needs the names).
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out, whatever the dialect keeps.
+
+    SQLite stores no offset, so values are normalised to UTC before they are written.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the store keeps aware UTC times only")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# none_as_null: a Python None must be SQL NULL, not the JSON literal 'null'.
+NullableJSON = JSON(none_as_null=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Host(Base):
+    __tablename__ = "host"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(128), unique=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    cpu_model: Mapped[str] = mapped_column(String(255))
+    cpu_physical_cores: Mapped[int] = mapped_column(Integer)
+    cpu_logical_cores: Mapped[int] = mapped_column(Integer)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    gpus: Mapped[list[str]] = mapped_column(JSON)
+    gpu_driver: Mapped[str | None] = mapped_column(String(64))
+    os: Mapped[str] = mapped_column(String(255))
+
+    @classmethod
+    def from_record(cls, record: HostRecord) -> "Host":
+        return cls(
+            fingerprint=record.fingerprint,
+            hostname=record.hostname,
+            cpu_model=record.cpu_model,
+            cpu_physical_cores=record.cpu_physical_cores,
+            cpu_logical_cores=record.cpu_logical_cores,
+            memory_bytes=record.memory_bytes,
+            gpus=list(record.gpus),
+            gpu_driver=record.gpu_driver,
+            os=record.os,
+        )
+
+    def to_record(self) -> HostRecord:
+        return HostRecord(
+            fingerprint=self.fingerprint,
+            hostname=self.hostname,
+            cpu_model=self.cpu_model,
+            cpu_physical_cores=self.cpu_physical_cores,
+            cpu_logical_cores=self.cpu_logical_cores,
+            memory_bytes=self.memory_bytes,
+            gpus=tuple(self.gpus),
+            gpu_driver=self.gpu_driver,
+            os=self.os,
+        )
+
+
+class Model(Base):
+    """A model file (or a cloud model, which has no file and so no sha256)."""
+
+    __tablename__ = "model"
+    __table_args__ = (UniqueConstraint("name", "sha256"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    sha256: Mapped[str | None] = mapped_column(String(64))
+    path: Mapped[str | None] = mapped_column(Text)
+    quantisation: Mapped[str | None] = mapped_column(String(64))
+    parameters: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class Run(Base):
+    __tablename__ = "run"
+    __table_args__ = (CheckConstraint(f"state IN {RUN_STATES!r}", name="state"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # uuid4 hex
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("host.id"), index=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("model.id"), index=True)
+    engine: Mapped[str] = mapped_column(String(64))
+    engine_settings: Mapped[dict[str, object]] = mapped_column(JSON)
+    suite: Mapped[str] = mapped_column(String(255), index=True)
+    options: Mapped[dict[str, object]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    tool_version: Mapped[str] = mapped_column(String(64))
+    energy_scope: Mapped[str] = mapped_column(String(32))
+    energy_method: Mapped[str | None] = mapped_column(String(32))
+    sandbox_isolation: Mapped[str] = mapped_column(String(32))
+    idle_power_w: Mapped[dict[str, float | None]] = mapped_column(JSON)  # per source
+    summary: Mapped[dict[str, object] | None] = mapped_column(NullableJSON)
+
+    host: Mapped[Host | None] = relationship(lazy="joined")
+    model: Mapped[Model] = relationship(lazy="joined")
+
+    def to_record(self) -> RunRecord:
+        return RunRecord(
+            model_name=self.model.name,
+            model_path=self.model.path,
+            model_sha256=self.model.sha256,
+            engine=self.engine,
+            engine_settings=self.engine_settings,
+            suite=self.suite,
+            options=self.options,
+            energy_scope=self.energy_scope,
+            energy_method=self.energy_method,
+            sandbox_isolation=self.sandbox_isolation,
+            tool_version=self.tool_version,
+            state=self.state,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            idle_power_w=self.idle_power_w,
+            summary=self.summary,
+            id=self.id,
+            host=self.host.to_record() if self.host is not None else None,
+            model_quantisation=self.model.quantisation,
+            model_parameters=self.model.parameters,
+        )
+
+
+class TaskResult(Base):
+    __tablename__ = "task_result"
+    __table_args__ = (UniqueConstraint("run_id", "task_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"))
+    task_id: Mapped[str] = mapped_column(String(255))
+    samples: Mapped[int] = mapped_column(Integer)
+    passed: Mapped[int] = mapped_column(Integer)
+    latency_s: Mapped[float] = mapped_column(Float)
+    ttft_s: Mapped[float | None] = mapped_column(Float)
+    decode_tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    energy_j: Mapped[float | None] = mapped_column(Float)
+    net_energy_j: Mapped[float | None] = mapped_column(Float)
+    energy_null_reason: Mapped[str | None] = mapped_column(String(64))
+    completions: Mapped[list[str]] = mapped_column(JSON)
+    statuses: Mapped[list[str]] = mapped_column(JSON)
+
+    energy_readings: Mapped[list["EnergyReading"]] = relationship(
+        lazy="selectin", cascade="all, delete-orphan", order_by="EnergyReading.id"
+    )
+
+    @classmethod
+    def from_record(cls, run_id: str, record: TaskResultRecord) -> "TaskResult":
+        return cls(
+            run_id=run_id,
+            task_id=record.task_id,
+            samples=record.samples,
+            passed=record.passed,
+            latency_s=record.latency_s,
+            ttft_s=record.ttft_s,
+            decode_tokens_per_s=record.decode_tokens_per_s,
+            prompt_tokens=record.prompt_tokens,
+            completion_tokens=record.completion_tokens,
+            energy_j=record.energy_j,
+            net_energy_j=record.net_energy_j,
+            energy_null_reason=record.energy_null_reason,
+            completions=list(record.completions),
+            statuses=list(record.statuses),
+            energy_readings=[EnergyReading.from_record(energy) for energy in record.energy],
+        )
+
+    def to_record(self) -> TaskResultRecord:
+        return TaskResultRecord(
+            task_id=self.task_id,
+            samples=self.samples,
+            passed=self.passed,
+            latency_s=self.latency_s,
+            ttft_s=self.ttft_s,
+            decode_tokens_per_s=self.decode_tokens_per_s,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            energy_j=self.energy_j,
+            net_energy_j=self.net_energy_j,
+            energy_null_reason=self.energy_null_reason,
+            completions=tuple(self.completions),
+            statuses=tuple(self.statuses),
+            energy=tuple(reading.to_record() for reading in self.energy_readings),
+        )
+
+
+class EnergyReading(Base):
+    """One source's energy over one task's windows; NULL energy comes with a null_reason."""
+
+    __tablename__ = "energy_reading"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_result_id: Mapped[int] = mapped_column(
+        ForeignKey("task_result.id", ondelete="CASCADE"), index=True
+    )
+    source: Mapped[str] = mapped_column(String(255))
+    domain: Mapped[str] = mapped_column(String(32))
+    method: Mapped[str] = mapped_column(String(32))
+    energy_j: Mapped[float | None] = mapped_column(Float)
+    net_energy_j: Mapped[float | None] = mapped_column(Float)
+    idle_power_w: Mapped[float | None] = mapped_column(Float)
+    null_reason: Mapped[str | None] = mapped_column(String(64))
+    low_resolution: Mapped[bool] = mapped_column(Boolean)
+
+    @classmethod
+    def from_record(cls, record: EnergyRecord) -> "EnergyReading":
+        return cls(
+            source=record.source,
+            domain=record.domain,
+            method=record.method,
+            energy_j=record.energy_j,
+            net_energy_j=record.net_energy_j,
+            idle_power_w=record.idle_power_w,
+            null_reason=record.null_reason,
+            low_resolution=record.low_resolution,
+        )
+
+    def to_record(self) -> EnergyRecord:
+        return EnergyRecord(
+            source=self.source,
+            domain=self.domain,
+            method=self.method,
+            energy_j=self.energy_j,
+            net_energy_j=self.net_energy_j,
+            idle_power_w=self.idle_power_w,
+            null_reason=self.null_reason,
+            low_resolution=self.low_resolution,
+        )
+
+
+class PowerSample(Base):
+    """The power trace of a run; written in batches through Core, never one ORM object a row."""
+
+    __tablename__ = "power_sample"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
+    source: Mapped[str] = mapped_column(String(255))
+    time_s: Mapped[float] = mapped_column(Float)  # seconds since the run started
+    power_w: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,279 @@
+"""The Store: records in, records out; the only code that reads or writes the results tables.
+
+Each write commits at once, so a crash loses at most the task that was in flight.
+"""
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy import Engine, insert, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from openjarvis.errors import UserError
+from openjarvis.store.models import (
+    RUN_STATES,
+    Host,
+    Model,
+    PowerSample,
+    Run,
+    TaskResult,
+)
+from openjarvis.store.records import HostRecord, PowerSampleRecord, RunRecord, TaskResultRecord
+
+__all__ = ["Store"]
+
+FINAL_STATES = tuple(state for state in RUN_STATES if state != "running")
+HEX_PREFIX = re.compile(r"[0-9a-f]{1,32}")
+
+
+class Store:
+    """The results database. Get one from `open_store()`; close it, or use it in a `with`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """The database URL, with any password hidden, for messages."""
+        return self._engine.url.render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        self._engine.dispose()
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Writes
+
+    def upsert_host(self, host: HostRecord) -> None:
+        """Record a machine once per fingerprint; a renamed host keeps its row."""
+        self._write_retrying_races(lambda session: _host_id(session, host))
+
+    def create_run(self, run: RunRecord) -> str:
+        """Insert a run in state `running` and return its new id (uuid4 hex)."""
+        if run.state != "running":
+            raise ValueError(f"a new run starts in state 'running', not {run.state!r}")
+        run_id = uuid.uuid4().hex
+
+        def write(session: Session) -> None:
+            session.add(
+                Run(
+                    id=run_id,
+                    host_id=_host_id(session, run.host) if run.host is not None else None,
+                    model_id=_model_id(session, run),
+                    engine=run.engine,
+                    engine_settings=run.engine_settings,
+                    suite=run.suite,
+                    options=run.options,
+                    state="running",
+                    started_at=datetime.now(UTC),
+                    finished_at=None,
+                    tool_version=run.tool_version,
+                    energy_scope=run.energy_scope,
+                    energy_method=run.energy_method,
+                    sandbox_isolation=run.sandbox_isolation,
+                    idle_power_w=run.idle_power_w,
+                    summary=run.summary,
+                )
+            )
+
+        self._write_retrying_races(write)
+        return run_id
+
+    def set_idle_power(self, run_id: str, idle_power_w: dict[str, float | None]) -> None:
+        """Record the idle power per source, measured after the run row was created."""
+        with self._session() as session:
+            _existing_run(session, run_id).idle_power_w = dict(idle_power_w)
+
+    def save_task_result(self, run_id: str, result: TaskResultRecord) -> None:
+        """Save one task with its energy readings and commit."""
+        try:
+            with self._session() as session:
+                _existing_run(session, run_id)
+                session.add(TaskResult.from_record(run_id, result))
+        except IntegrityError:
+            raise ValueError(f"task {result.task_id!r} is already saved in run {run_id}") from None
+
+    def add_power_samples(self, run_id: str, samples: list[PowerSampleRecord]) -> None:
+        """Append trace samples in one executemany; one ORM object per row would be far slower."""
+        if not samples:
+            return
+        rows = [
+            {"run_id": run_id, "source": s.source, "time_s": s.time_s, "power_w": s.power_w}
+            for s in samples
+        ]
+        self._check_open()
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(insert(PowerSample), rows)
+        except IntegrityError:
+            raise ValueError(f"no run {run_id} to add power samples to") from None
+
+    def finish_run(
+        self,
+        run_id: str,
+        state: str,
+        summary: dict[str, object] | None,
+        energy_method: str | None = None,
+    ) -> None:
+        """End a run in a final state with its summary; energy_method None keeps the stored one."""
+        if state not in FINAL_STATES:
+            raise ValueError(f"a run finishes as one of {FINAL_STATES}, not {state!r}")
+        with self._session() as session:
+            run = _existing_run(session, run_id)
+            run.state = state
+            run.finished_at = datetime.now(UTC)
+            run.summary = summary
+            if energy_method is not None:
+                run.energy_method = energy_method
+
+    def resume_run(self, run_id: str) -> None:
+        """Put an interrupted (or failed) run back in state `running` for `--resume`."""
+        with self._session() as session:
+            run = _existing_run(session, run_id)
+            run.state = "running"
+            run.finished_at = None
+
+    # Reads: a run id may be given as a unique prefix, as users type it.
+
+    def get_run(self, run_id: str) -> RunRecord:
+        with self._session() as session:
+            full_id = self._resolve_run_id(session, run_id)
+            run = session.get_one(Run, full_id)
+            return run.to_record()
+
+    def task_results(self, run_id: str) -> list[TaskResultRecord]:
+        """The run's saved tasks, in the order they were saved, with their energy readings."""
+        with self._session() as session:
+            full_id = self._resolve_run_id(session, run_id)
+            query = select(TaskResult).where(TaskResult.run_id == full_id).order_by(TaskResult.id)
+            return [task.to_record() for task in session.scalars(query)]
+
+    def list_runs(
+        self,
+        limit: int | None = 50,
+        model: str | None = None,
+        suite: str | None = None,
+        host: str | None = None,
+        since: datetime | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first, filtered by model name, suite, host and start time.
+
+        `host` matches a hostname exactly or a fingerprint by prefix, as users type them.
+        """
+        query = select(Run).order_by(Run.started_at.desc(), Run.id).limit(limit)
+        if model is not None:
+            query = query.where(Run.model_id.in_(select(Model.id).where(Model.name == model)))
+        if suite is not None:
+            query = query.where(Run.suite == suite)
+        if host is not None:
+            hosts = select(Host.id).where(
+                or_(Host.hostname == host, Host.fingerprint.startswith(host.lower()))
+            )
+            query = query.where(Run.host_id.in_(hosts))
+        if since is not None:
+            query = query.where(Run.started_at >= since)
+        with self._session() as session:
+            return [run.to_record() for run in session.scalars(query)]
+
+    def power_samples(self, run_id: str) -> list[PowerSampleRecord]:
+        """The run's power trace, ordered by time."""
+        with self._session() as session:
+            full_id = self._resolve_run_id(session, run_id)
+            query = (
+                select(PowerSample.source, PowerSample.time_s, PowerSample.power_w)
+                .where(PowerSample.run_id == full_id)
+                .order_by(PowerSample.time_s, PowerSample.id)
+            )
+            return [PowerSampleRecord(*row) for row in session.execute(query)]
+
+    # Helpers
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the store is closed")
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        """A session in one transaction, committed on success and rolled back on error."""
+        self._check_open()
+        with self._sessions.begin() as session:
+            yield session
+
+    def _write_retrying_races(self, write: Callable[[Session], object]) -> None:
+        # Get-or-create of hosts and models can race with another writer on a shared database;
+        # the loser's unique constraint fails, and a second try finds the winner's row.
+        for attempt in range(2):
+            try:
+                with self._session() as session:
+                    write(session)
+                return
+            except IntegrityError:
+                if attempt == 1:
+                    raise
+
+    def _resolve_run_id(self, session: Session, prefix: str) -> str:
+        candidate = prefix.strip().lower()
+        matches = []
+        if HEX_PREFIX.fullmatch(candidate):
+            query = select(Run.id).where(Run.id.startswith(candidate)).limit(2)
+            matches = list(session.scalars(query))
+        if not matches:
+            raise UserError(f"no run with id '{prefix}' in {self.url}; check the id and --db")
+        if len(matches) > 1:
+            raise UserError(f"run id '{prefix}' matches several runs; give more of the id")
+        return matches[0]
+
+
+def _existing_run(session: Session, run_id: str) -> Run:
+    # Writers hold the exact id create_run returned; a miss here is a bug, not a user's typo.
+    run = session.get(Run, run_id)
+    if run is None:
+        raise ValueError(f"no run {run_id} in the store")
+    return run
+
+
+def _host_id(session: Session, host: HostRecord) -> int:
+    existing = session.scalar(select(Host).where(Host.fingerprint == host.fingerprint))
+    if existing is None:
+        existing = Host.from_record(host)
+        session.add(existing)
+        session.flush()
+    elif existing.hostname != host.hostname:
+        existing.hostname = host.hostname  # the fingerprint leaves the hostname out on purpose
+    return existing.id
+
+
+def _model_id(session: Session, run: RunRecord) -> int:
+    sha256_matches = (
+        Model.sha256.is_(None) if run.model_sha256 is None else Model.sha256 == run.model_sha256
+    )
+    query = select(Model).where(Model.name == run.model_name, sha256_matches)
+    model = session.scalar(query)
+    if model is None:
+        model = Model(name=run.model_name, sha256=run.model_sha256)
+        session.add(model)
+    # Fill what an earlier run did not know; never overwrite what it did.
+    model.path = model.path or run.model_path
+    model.quantisation = model.quantisation or run.model_quantisation
+    if model.parameters is None:
+        model.parameters = run.model_parameters
+    session.flush()
+    return model.id
