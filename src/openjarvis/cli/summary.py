@@ -35,6 +35,7 @@ def summary_dict(result: MeasureResult) -> dict[str, object]:
         "unavailable_sources": result.unavailable_sources,
         "sandbox_isolation": result.sandbox_isolation,
         "sandbox_note": result.sandbox_note,
+        "resumed_tasks": result.resumed_tasks,
         "figures": result.figures.to_dict(),
     }
 
@@ -65,6 +66,8 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     )
     table.add_row("energy method · scope", f"{method} · {result.energy_scope}")
     console.print(table)
+    if result.resumed_tasks:
+        console.print(f"resumed: {result.resumed_tasks} task(s) were finished before the resume")
     if result.energy_note:
         console.print(f"[yellow]note:[/] {result.energy_note}")
     for line in result.unavailable_sources:

@@ -4,7 +4,9 @@ them in the sandbox, and save each task to the store at once.
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
 
 from openjarvis import __version__
 from openjarvis.errors import UserError
@@ -15,14 +17,14 @@ from openjarvis.evals.suites import load_suite
 from openjarvis.evals.types import Task
 from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter
-from openjarvis.power.types import Scope, SourceEnergy, WindowEnergy
+from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
 from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
 from openjarvis.runtime.models import resolve_model
 from openjarvis.runtime.types import Completion, GenerationRequest
 from openjarvis.store import Store, open_store
 from openjarvis.store.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 
-__all__ = ["MeasureResult", "MeasureSpec", "run_measure"]
+__all__ = ["MeasureResult", "MeasureSpec", "resume_measure", "run_measure"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,36 +66,30 @@ class MeasureResult:
     sandbox_isolation: str
     sandbox_note: str
     unavailable_sources: list[str] = field(default_factory=list)
+    resumed_tasks: int = 0  # tasks finished by an earlier, interrupted process
 
 
-# Called after each task with (task_id, samples passed, samples).
+# Called once with the number of tasks left, then after each task with (task_id, passed, n).
+StartCallback = Callable[[int], None]
 ProgressCallback = Callable[[str, int, int], None]
 
 
 def run_measure(
     spec: MeasureSpec,
-    on_start: Callable[[int], None] = lambda total: None,
+    on_start: StartCallback = lambda total: None,
     on_task: ProgressCallback = lambda task_id, passed, samples: None,
 ) -> MeasureResult:
     """Run a suite on a model with the meter on; every check on input happens before any row."""
     spec.validate()
-    tasks = load_suite(spec.suite)
-    if spec.limit is not None:
-        tasks = tasks[: spec.limit]
+    tasks = _select_tasks(spec)
     model = resolve_model(spec.model_path)
-    store = open_store(spec.db_url)
-    try:
-        engine = LlamaCppEngine(
-            model.path,
-            LlamaCppSettings(n_ctx=spec.n_ctx, n_threads=spec.threads, reuse_prompt_cache=False),
-        )
+    with open_store(spec.db_url) as store:
+        engine = _load_engine(spec, model.path)
         try:
             sandbox = Sandbox.detect()
             with Meter.discover(scope=spec.scope) as meter:
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
                 gpus = tuple(s.name for s in meter.statuses if s.available and s.domain == "gpu")
-                host = describe_host(gpus=gpus)
-                store.upsert_host(host)
                 run = RunRecord(
                     model_name=model.name,
                     model_path=str(model.path),
@@ -106,74 +102,86 @@ def run_measure(
                     energy_method=meter.method,
                     sandbox_isolation=sandbox.isolation,
                     tool_version=__version__,
+                    model_quantisation=model.quantisation,
                     idle_power_w=dict(idle.power_w) if idle else {},
-                    host=host,
+                    host=describe_host(gpus=gpus),
                 )
                 run_id = store.create_run(run)
-                on_start(len(tasks))
-                figures = _run_tasks(spec, tasks, engine, sandbox, meter, store, run_id, on_task)
-                result = MeasureResult(
-                    run_id=run_id,
-                    model_name=model.name,
-                    figures=figures,
-                    energy_scope=spec.scope,
-                    energy_method=meter.method,
-                    energy_note=_energy_note(meter),
-                    sandbox_isolation=sandbox.isolation,
-                    sandbox_note=sandbox.isolation_note,
-                    unavailable_sources=[
-                        f"{s.name}: {s.detail or s.reason}"
-                        for s in meter.statuses
-                        if not s.available
-                    ],
-                )
-                store.finish_run(run_id, "complete", figures.to_dict())
-                return result
+                run.id = run_id
+                return _execute(spec, run, tasks, engine, sandbox, meter, store, on_start, on_task)
         finally:
             engine.close()
-    finally:
-        store.close()
 
 
-def _run_tasks(
+def resume_measure(
+    run_id: str,
+    db_url: str | None = None,
+    on_start: StartCallback = lambda total: None,
+    on_task: ProgressCallback = lambda task_id, passed, samples: None,
+) -> MeasureResult:
+    """Finish an interrupted run with its stored options; no finished task is run again."""
+    with open_store(db_url) as store:
+        run = store.get_run(run_id)
+        if run.state == "complete":
+            raise UserError(f"run {run.id} is already complete; nothing to resume")
+        spec = _spec_from_run(run, db_url)
+        tasks = _select_tasks(spec)
+        model = resolve_model(spec.model_path)
+        if model.sha256 != run.model_sha256:
+            raise UserError(
+                f"the model file {model.path} changed since run {run.id} started (sha256 differs);"
+                " start a new run instead of resuming"
+            )
+        engine = _load_engine(spec, model.path)
+        try:
+            sandbox = Sandbox.detect()
+            with Meter.discover(scope=spec.scope) as meter:
+                # The idle baseline of the original run keeps net energy comparable across parts.
+                meter.idle = IdleBaseline(spec.idle_seconds, dict(run.idle_power_w))
+                store.resume_run(run.id or run_id)
+                return _execute(spec, run, tasks, engine, sandbox, meter, store, on_start, on_task)
+        finally:
+            engine.close()
+
+
+def _select_tasks(spec: MeasureSpec) -> list[Task]:
+    tasks = load_suite(spec.suite)
+    return tasks if spec.limit is None else tasks[: spec.limit]
+
+
+def _load_engine(spec: MeasureSpec, model_path: Path) -> LlamaCppEngine:
+    # Every request starts from a cold cache so that each sample pays for its own prefill.
+    settings = LlamaCppSettings(n_ctx=spec.n_ctx, n_threads=spec.threads, reuse_prompt_cache=False)
+    return LlamaCppEngine(model_path, settings)
+
+
+def _execute(
     spec: MeasureSpec,
+    run: RunRecord,
     tasks: list[Task],
     engine: LlamaCppEngine,
     sandbox: Sandbox,
     meter: Meter,
     store: Store,
-    run_id: str,
+    on_start: StartCallback,
     on_task: ProgressCallback,
-) -> RunFigures:
-    run_start_s = time.monotonic()
-    figures: list[TaskFigures] = []
+) -> MeasureResult:
+    run_id = run.id or ""
+    done = {result.task_id for result in store.task_results(run_id)}
+    pending = [task for task in tasks if task.task_id not in done]
+    on_start(len(pending))
+    # Trace times are seconds since the run started, also across resumed processes.
+    started_at = run.started_at or datetime.now(UTC)
+    trace_origin_s = time.monotonic() - (datetime.now(UTC) - started_at).total_seconds()
     try:
-        for task in tasks:
-            completions: list[Completion] = []
-            windows: list[WindowEnergy] = []
-            for sample in range(spec.samples):
-                request = GenerationRequest(
-                    prompt=task.prompt,
-                    max_tokens=task.max_tokens,
-                    stop=task.stop,
-                    temperature=spec.temperature,
-                    seed=spec.seed + sample,
-                )
-                with meter.window(f"{task.task_id}#{sample}") as window:
-                    completions.append(engine.generate(request))
-                windows.append(window.result)
-            # Scoring runs after the windows closed: tests are not charged to the model.
-            outcomes = score_completions(
-                [(task, c.text) for c in completions], sandbox, timeout_s=spec.timeout_s
-            )
-            record = _task_record(task, completions, windows, [o.status for o in outcomes])
+        for task in pending:
+            record = _measure_task(spec, task, engine, sandbox, meter)
             store.save_task_result(run_id, record)
             samples = [
-                PowerSampleRecord(s.source, s.time_s - run_start_s, s.power_w)
+                PowerSampleRecord(s.source, s.time_s - trace_origin_s, s.power_w)
                 for s in meter.drain_trace()
             ]
             store.add_power_samples(run_id, samples)
-            figures.append(_task_figures(record))
             on_task(task.task_id, record.passed, record.samples)
     except KeyboardInterrupt:
         store.finish_run(run_id, "interrupted", None)
@@ -181,7 +189,53 @@ def _run_tasks(
     except BaseException:
         store.finish_run(run_id, "failed", None)
         raise
-    return compute_figures(figures)
+    # Figures come from the stored results, so a resumed run counts every task exactly once.
+    figures = compute_figures([_task_figures(r) for r in store.task_results(run_id)])
+    store.finish_run(run_id, "complete", figures.to_dict())
+    return MeasureResult(
+        run_id=run_id,
+        model_name=run.model_name,
+        figures=figures,
+        energy_scope=spec.scope,
+        energy_method=meter.method,
+        energy_note=_energy_note(meter),
+        sandbox_isolation=sandbox.isolation,
+        sandbox_note=sandbox.isolation_note,
+        unavailable_sources=[
+            f"{s.name}: {s.detail or s.reason}" for s in meter.statuses if not s.available
+        ],
+        resumed_tasks=len(done),
+    )
+
+
+def _measure_task(
+    spec: MeasureSpec, task: Task, engine: LlamaCppEngine, sandbox: Sandbox, meter: Meter
+) -> TaskResultRecord:
+    completions: list[Completion] = []
+    windows: list[WindowEnergy] = []
+    for sample in range(spec.samples):
+        request = GenerationRequest(
+            prompt=task.prompt,
+            max_tokens=task.max_tokens,
+            stop=task.stop,
+            temperature=spec.temperature,
+            seed=spec.seed + sample,
+        )
+        with meter.window(f"{task.task_id}#{sample}") as window:
+            completions.append(engine.generate(request))
+        windows.append(window.result)
+    # Scoring runs after the windows closed: tests are not charged to the model.
+    outcomes = score_completions(
+        [(task, c.text) for c in completions], sandbox, timeout_s=spec.timeout_s
+    )
+    return _task_record(task, completions, windows, [o.status for o in outcomes])
+
+
+def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
+    """The spec a run was started with, from the options stored with it."""
+    names = {spec_field.name for spec_field in fields(MeasureSpec)}
+    stored = {name: value for name, value in run.options.items() if name in names}
+    return MeasureSpec(**stored, model_path=run.model_path, db_url=db_url)  # type: ignore[arg-type]
 
 
 def _sum_or_none(values: list[float | None]) -> float | None:
@@ -243,15 +297,10 @@ def _task_figures(record: TaskResultRecord) -> TaskFigures:
 
 
 def _options(spec: MeasureSpec, sandbox: Sandbox) -> dict[str, object]:
-    return {
-        "limit": spec.limit,
-        "samples": spec.samples,
-        "temperature": spec.temperature,
-        "seed": spec.seed,
-        "idle_seconds": spec.idle_seconds,
-        "timeout_s": spec.timeout_s,
-        "sandbox_note": sandbox.isolation_note,
-    }
+    """Everything needed to resume the run (the model path and database are stored apart)."""
+    options: dict[str, object] = asdict(spec)
+    del options["model_path"], options["db_url"]
+    return {**options, "sandbox_note": sandbox.isolation_note}
 
 
 def _energy_note(meter: Meter) -> str | None:

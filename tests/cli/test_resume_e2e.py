@@ -1,0 +1,105 @@
+"""Interrupted runs: Ctrl-C marks them interrupted, and --resume finishes them without redoing
+a task, to the same accuracy figures as an uninterrupted run (greedy decoding is deterministic).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from openjarvis.store import open_store
+
+pytestmark = pytest.mark.e2e
+
+MEASURE = ["measure", "--limit", "3", "--idle-seconds", "1", "--json"]
+
+
+def _start(db: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "openjarvis", *args, "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _wait_for_first_task(db: Path, process: subprocess.Popen[str]) -> str:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the run ended before it could be interrupted"
+        if db.exists():
+            with open_store(str(db)) as store:
+                runs = store.list_runs()
+                if runs and store.task_results(runs[0].id or ""):
+                    return runs[0].id or ""
+        time.sleep(0.2)
+    raise AssertionError("no task was saved within 300 s")
+
+
+@pytest.fixture()
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+
+
+def test_sigkilled_run_resumes_to_the_figures_of_an_uninterrupted_run(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    killed_db = tmp_path / "killed.db"
+    process = _start(killed_db, env, *MEASURE)
+    run_id = _wait_for_first_task(killed_db, process)
+    process.kill()
+    process.wait()
+    with open_store(str(killed_db)) as store:
+        finished_before = len(store.task_results(run_id))
+        assert store.get_run(run_id).state == "running"  # SIGKILL gave it no chance to say more
+    assert 1 <= finished_before < 3
+
+    resumed = _start(killed_db, env, "measure", "--resume", run_id, "--json")
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    resumed_summary = json.loads(out)
+    assert resumed_summary["resumed_tasks"] == finished_before
+
+    whole = _start(tmp_path / "whole.db", env, *MEASURE)
+    out, err = whole.communicate(timeout=600)
+    assert whole.returncode == 0, err
+    whole_summary = json.loads(out)
+
+    for figure in ("tasks", "accuracy", "pass_at_k"):
+        assert resumed_summary["figures"][figure] == whole_summary["figures"][figure]
+    with open_store(str(killed_db)) as store:
+        assert store.get_run(run_id).state == "complete"
+        results = store.task_results(run_id)
+    assert sorted(r.task_id for r in results) == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    with open_store(str(tmp_path / "whole.db")) as store:
+        (whole_run,) = store.list_runs()
+        expected = {r.task_id: r.completions for r in store.task_results(whole_run.id or "")}
+    assert {r.task_id: r.completions for r in results} == expected
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_keeps_finished_tasks(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    db = tmp_path / "runs.db"
+    process = _start(db, env, *MEASURE)
+    run_id = _wait_for_first_task(db, process)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert "Traceback" not in err
+    with open_store(str(db)) as store:
+        assert store.get_run(run_id).state == "interrupted"
+        assert store.task_results(run_id)
+    again = _start(db, env, "measure", "--resume", run_id, "--json")
+    again.communicate(timeout=600)
+    assert again.returncode == 0
+    done = _start(db, env, "measure", "--resume", run_id)
+    _, err = done.communicate(timeout=120)
+    assert done.returncode == 2
+    assert "already complete" in err
