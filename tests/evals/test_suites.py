@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openjarvis.errors import UserError
-from openjarvis.evals.suites import list_suites, load_suite, reference_solutions
+from openjarvis.evals.suites import SuiteInfo, list_suites, load_suite, reference_solutions
 
 
 def test_humaneval_has_its_164_problems_in_order() -> None:
@@ -39,11 +39,17 @@ def test_reference_solutions_cover_every_task() -> None:
     assert all(solution.strip() for solution in references.values())
 
 
-def test_list_suites_gives_each_suite_and_its_size() -> None:
-    assert list_suites() == {"humaneval": 164}
+def test_list_suites_gives_each_suite_its_size_and_kinds() -> None:
+    assert list_suites() == [
+        SuiteInfo("humaneval", "built-in", 164, ("code",)),
+        SuiteInfo("arithmetic", "example", 10, ("exact_match",)),
+        SuiteInfo("basics-choice", "example", 10, ("multiple_choice",)),
+        SuiteInfo("python-basics", "example", 10, ("code",)),
+    ]
 
 
 @pytest.mark.parametrize("loader", [load_suite, reference_solutions])
-def test_unknown_suite_names_the_known_ones(loader) -> None:
-    with pytest.raises(UserError, match=r"unknown suite 'mbpp'; known suites: humaneval"):
+def test_unknown_suite_names_the_known_ones_and_the_file_format(loader) -> None:
+    known = "humaneval, arithmetic, basics-choice, python-basics"
+    with pytest.raises(UserError, match=rf"unknown suite 'mbpp'; known suites: {known}; .*\.jsonl"):
         loader("mbpp")

