@@ -244,7 +244,7 @@ def test_trace_records_mean_watts_and_drains(
     meter = Meter.discover("accelerator", "/nonexistent", estimate_cpu=False, clock=clock)
     for _ in range(4):
         meter.poll()
-        clock.advance(0.1)
+        clock.advance(1.0)  # the counter is sampled every second, for the trace only
     samples = meter.drain_trace()
     assert [sample.power_w for sample in samples] == pytest.approx([100.0, 100.0, 100.0])
     assert [sample.source for sample in samples] == [f"nvml:{UUID_A}"] * 3
@@ -257,7 +257,7 @@ def test_trace_memory_is_bounded(monkeypatch: pytest.MonkeyPatch, clock: FakeClo
     meter = Meter([gpu], "accelerator", clock=clock, max_trace_samples=2)
     for _ in range(6):
         meter.poll()
-        clock.advance(0.1)
+        clock.advance(1.0)
     assert len(meter.trace()) == 2
     assert meter.dropped_samples == 3  # 5 samples, 2 kept
 

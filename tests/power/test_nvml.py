@@ -79,6 +79,7 @@ def test_without_a_counter_instant_power_is_preferred_over_the_one_second_averag
     assert (gpu.reading, gpu.method, gpu.reads) == ("instant_power", "integrated", "power_w")
     assert gpu.read() == 300.0
     assert gpu_spec.field_queries[-1] == fake_nvml.NVML_FI_DEV_POWER_INSTANT
+    assert gpu.sample_period_s == gpu.update_period_s  # integrated: read at every update
     assert gpu.describe().endswith("instantaneous power, integrated")
 
 
@@ -99,6 +100,9 @@ def test_a_counter_gpu_never_queries_power(monkeypatch: pytest.MonkeyPatch) -> N
     found = discover_nvml(None)
     assert [gpu.reading for gpu in found.sources] == ["energy_counter", "energy_counter"]
     assert all(not gpu.field_queries for gpu in fake.gpus)
+    # Windows read the counter at their edges; the sampler reads it for traces only, and
+    # slowly, since one read costs milliseconds of CPU on real GPUs.
+    assert all(gpu.sample_period_s == 1.0 for gpu in found.sources)
 
 
 def test_integrated_window_without_the_sampler_is_low_resolution(

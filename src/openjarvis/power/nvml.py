@@ -42,7 +42,8 @@ def _translate(nvml: ModuleType, error: Exception, what: str) -> ReadError:
 # What an NvmlGpu reads, best first: the total-energy counter (mJ since driver load), the
 # instantaneous power field (mW), or nvmlDeviceGetPowerUsage (mW). The last is a trailing
 # 1-second average on Ampere (except GA100) and newer, so integrating it lags every change of
-# load by ~0.5 s: on an H200 it read 11 % low over a 4-s matmul window that started from idle.
+# load by ~0.5 s: on H200s it read 6.5-7.8 % low over 6-s matmul windows that opened on an idle
+# GPU, where the instantaneous field came within 1.2 % of the counter (docs/benchmarks.md).
 # It is instantaneous only on GA100 and older, so it is the fallback for drivers without the
 # field (before ~R535).
 NvmlReading = Literal["energy_counter", "instant_power", "power_usage"]
@@ -58,7 +59,6 @@ class NvmlGpu(EnergySource):
 
     domain = "gpu"
     update_period_s = 0.1  # counter and power readings refresh every ~100 ms on H200 (GPU.md)
-    sample_period_s = 0.1
 
     def __init__(
         self,
@@ -79,6 +79,12 @@ class NvmlGpu(EnergySource):
         self.name = f"nvml:{uuid}"
         self.method = "counter" if reading == "energy_counter" else "integrated"
         self.reads = "energy_j" if reading == "energy_counter" else "power_w"
+        # Power readings are integrated, so the sampler reads them at their update rate (a call
+        # costs ~10 us). The counter needs no sampler: windows read it at their edges and it
+        # never wraps; the sampler reads it for traces only. One read costs ~3.5 ms of CPU on
+        # an H200 (7 % of a core for two GPUs at 10 Hz), and a 1-s trace point spans ~10 of
+        # its 100-ms updates instead of 0 to 2.
+        self.sample_period_s = 1.0 if reading == "energy_counter" else 0.1
 
     def read(self) -> float:
         nvml = self._nvml

