@@ -1,10 +1,14 @@
-"""Fixtures for the store's tests: a private data directory and sample records.
+"""Fixtures for the store's tests: a private data directory, databases, and sample records.
 
-Every test runs against a real SQLite file under tmp_path; nothing is faked.
+`store` and `database_url` run each test twice: on a SQLite file under tmp_path and on a fresh
+database of a real PostgreSQL server started for the session; nothing is faked.
 """
 
+import importlib.util
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -16,6 +20,7 @@ from openjarvis.store import (
     TaskResultRecord,
     open_store,
 )
+from tests.postgres import PostgresServer, find_postgres_binaries
 
 __all__: list[str] = []
 
@@ -34,9 +39,49 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "ipw.db"
 
 
+def _unavailable(reason: str) -> NoReturn:
+    # Locally a missing server skips; in CI it must fail, or PostgreSQL would go untested.
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; CI must run the PostgreSQL tests", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    binaries = find_postgres_binaries()
+    if binaries is None:
+        _unavailable(
+            "PostgreSQL server not installed (no /usr/lib/postgresql/*/bin/initdb); "
+            "install it with `apt-get install postgresql`"
+        )
+    if importlib.util.find_spec("psycopg") is None:
+        _unavailable("psycopg is not installed; install it with `pip install 'psycopg[binary]'`")
+    try:
+        server = PostgresServer(binaries)
+    except KeyError:
+        _unavailable("no 'postgres' user to run the server as (the postgresql package adds it)")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, db_path: Path) -> Iterator[str]:
+    """An empty database: a SQLite file, or a new database on the test PostgreSQL server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{db_path}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.create_database()
+    yield url
+    server.drop_database(url)
+
+
 @pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    with open_store(str(db_path)) as opened:
+def store(database_url: str) -> Iterator[Store]:
+    with open_store(database_url) as opened:
         yield opened
 
 

@@ -98,6 +98,18 @@ def test_reopening_keeps_data_and_does_not_migrate_again(db_path: Path, make_run
         assert store.get_run(run_id).id == run_id
 
 
+def test_a_database_at_head_is_opened_without_alembic(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    open_store(str(db_path)).close()
+
+    def migrate(*args: object) -> None:
+        raise AssertionError("a database at head was migrated again")
+
+    monkeypatch.setattr(database, "_migrate", migrate)
+    open_store(str(db_path)).close()
+
+
 def assert_one_line_with_fix(error: UserError) -> None:
     message = str(error)
     assert "\n" not in message

@@ -1,14 +1,14 @@
 """Records through the store and back: runs, tasks with energy, hosts, power traces, lookups.
 
-None energies must come back as None (SQL NULL), never as 0.
+None energies must come back as None (SQL NULL), never as 0. Each test runs on SQLite and
+PostgreSQL (see conftest).
 """
 
-import sqlite3
 from datetime import UTC, datetime
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from openjarvis.errors import UserError
 from openjarvis.store import HostRecord, PowerSampleRecord, Store, open_store
@@ -16,9 +16,14 @@ from openjarvis.store import HostRecord, PowerSampleRecord, Store, open_store
 __all__: list[str] = []
 
 
-def count(db_path: Path, sql: str) -> int:
-    with sqlite3.connect(db_path) as raw:
-        return raw.execute(sql).fetchone()[0]
+def scalar(url: str, sql: str) -> object:
+    """One value read behind the store's back, through a connection of its own."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return connection.execute(text(sql)).scalar()
+    finally:
+        engine.dispose()
 
 
 def test_run_tasks_and_energy_round_trip(store: Store, make_run, make_task) -> None:
@@ -70,46 +75,47 @@ def test_run_tasks_and_energy_round_trip(store: Store, make_run, make_task) -> N
     assert second_energy.energy_j is None and second_energy.null_reason == "permission"
 
 
-def test_none_energy_is_stored_as_null(store: Store, db_path: Path, make_run, make_task) -> None:
+def test_none_energy_is_stored_as_null(
+    store: Store, database_url: str, make_run, make_task
+) -> None:
     run_id = store.create_run(make_run())
     store.save_task_result(run_id, make_task(energy_j=None, net_energy_j=None))
     store.finish_run(run_id, "failed", None)
-    assert count(db_path, "SELECT count(*) FROM task_result WHERE energy_j IS NULL") == 1
-    assert count(db_path, "SELECT count(*) FROM energy_reading WHERE energy_j IS NULL") == 1
-    assert count(db_path, "SELECT count(*) FROM run WHERE summary IS NULL") == 1
+    assert scalar(database_url, "SELECT count(*) FROM task_result WHERE energy_j IS NULL") == 1
+    assert scalar(database_url, "SELECT count(*) FROM energy_reading WHERE energy_j IS NULL") == 1
+    assert scalar(database_url, "SELECT count(*) FROM run WHERE summary IS NULL") == 1
     assert store.get_run(run_id).summary is None
 
 
-def test_task_saved_before_a_crash_is_readable(db_path: Path, make_run, make_task) -> None:
-    writer = open_store(str(db_path))
+def test_task_saved_before_a_crash_is_readable(database_url: str, make_run, make_task) -> None:
+    writer = open_store(database_url)
     run_id = writer.create_run(make_run())
     writer.save_task_result(run_id, make_task())
     # The writer never closes, as after a crash; a second connection must see the task.
-    with open_store(str(db_path)) as reader:
+    with open_store(database_url) as reader:
         assert [task.task_id for task in reader.task_results(run_id)] == ["HumanEval/0"]
         assert reader.get_run(run_id).state == "running"
     writer.close()
 
 
-def test_host_upsert_is_idempotent(store: Store, db_path: Path, host: HostRecord) -> None:
+def test_host_upsert_is_idempotent(store: Store, database_url: str, host: HostRecord) -> None:
     store.upsert_host(host)
     store.upsert_host(host)
-    assert count(db_path, "SELECT count(*) FROM host") == 1
+    assert scalar(database_url, "SELECT count(*) FROM host") == 1
     renamed = HostRecord(**{**{f: getattr(host, f) for f in host.__slots__}, "hostname": "new"})
     store.upsert_host(renamed)
-    assert count(db_path, "SELECT count(*) FROM host") == 1
-    with sqlite3.connect(db_path) as raw:
-        assert raw.execute("SELECT hostname FROM host").fetchone()[0] == "new"
+    assert scalar(database_url, "SELECT count(*) FROM host") == 1
+    assert scalar(database_url, "SELECT hostname FROM host") == "new"
 
 
-def test_runs_share_host_and_model_rows(store: Store, db_path: Path, make_run) -> None:
+def test_runs_share_host_and_model_rows(store: Store, database_url: str, make_run) -> None:
     store.create_run(make_run())
     store.create_run(make_run())
     store.create_run(make_run(model_sha256="cd" * 32))
     store.create_run(make_run(model_name="gpt-4o", model_path=None, model_sha256=None))
     store.create_run(make_run(model_name="gpt-4o", model_path=None, model_sha256=None))
-    assert count(db_path, "SELECT count(*) FROM host") == 1
-    assert count(db_path, "SELECT count(*) FROM model") == 3
+    assert scalar(database_url, "SELECT count(*) FROM host") == 1
+    assert scalar(database_url, "SELECT count(*) FROM model") == 3
 
 
 def test_run_without_host(store: Store, make_run) -> None:
@@ -200,8 +206,8 @@ def test_power_samples_batch_of_100k(store: Store, make_run) -> None:
     assert store.power_samples(store.create_run(make_run())) == []
 
 
-def test_closed_store_refuses_work(db_path: Path, make_run) -> None:
-    store = open_store(str(db_path))
+def test_closed_store_refuses_work(database_url: str, make_run) -> None:
+    store = open_store(database_url)
     store.close()
     with pytest.raises(RuntimeError, match="closed"):
         store.create_run(make_run())

@@ -10,7 +10,13 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from openjarvis.cli import results
+from openjarvis.cli.compare import compare_command
+from openjarvis.cli.db import db_app
+from openjarvis.cli.evals import score_command, suites_command
 from openjarvis.cli.power import power_command
+from openjarvis.cli.report import report_command
+from openjarvis.cli.requests import requests_command
 from openjarvis.errors import UserError
 
 __all__ = ["app", "main"]
@@ -22,6 +28,14 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("power")(power_command)
+app.command("requests")(requests_command)
+app.command("runs")(results.runs_command)
+app.command("show")(results.show_command)
+app.command("compare")(compare_command)
+app.command("report")(report_command)
+app.command("suites")(suites_command)
+app.command("score")(score_command)
+app.add_typer(db_app, name="db")
 
 
 @app.command()
@@ -33,7 +47,10 @@ def measure(
     limit: Annotated[int, typer.Option(help="Run the first N tasks")] = 20,
     all_tasks: Annotated[bool, typer.Option("--all", help="Run every task of the suite")] = False,
     samples: Annotated[int, typer.Option(help="Samples per task (pass@k for k <= n)")] = 1,
-    temperature: Annotated[float, typer.Option(help="0 is greedy decoding")] = 0.0,
+    temperature: Annotated[
+        float | None,
+        typer.Option(help="0 is greedy; default 0, or 0.8 when --samples is above 1"),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of sample i is seed + i")] = 0,
     idle_seconds: Annotated[float, typer.Option(help="Idle power measured before the run")] = 10.0,
     scope: Annotated[str, typer.Option(help="Energy scope: system or accelerator")] = "system",
@@ -44,10 +61,20 @@ def measure(
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds allowed to each program's tests")] = 10.0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the figures as JSON")] = False,
+    resume: Annotated[
+        str | None, typer.Option(help="Finish an interrupted run (its own options apply)")
+    ] = None,
+    engine: Annotated[str, typer.Option(help="llamacpp, or a cloud engine: openai, anthropic")] = (
+        "llamacpp"
+    ),
+    base_url: Annotated[str | None, typer.Option(help="Cloud engine's API base URL")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Variable holding the cloud engine's API key")
+    ] = None,
 ) -> None:
     """Run a suite on a model with the energy meter on, score it, store it, print the summary."""
     from openjarvis.cli.summary import print_summary
-    from openjarvis.evals.runner import MeasureSpec, run_measure
+    from openjarvis.evals.runner import MeasureSpec, resume_measure, run_measure
 
     if scope not in ("system", "accelerator"):
         raise UserError(
@@ -58,7 +85,7 @@ def measure(
         suite=suite,
         limit=None if all_tasks else limit,
         samples=samples,
-        temperature=temperature,
+        temperature=(0.0 if samples == 1 else 0.8) if temperature is None else temperature,
         seed=seed,
         idle_seconds=idle_seconds,
         scope=scope,  # type: ignore[arg-type]  # checked above
@@ -66,6 +93,9 @@ def measure(
         n_ctx=n_ctx,
         threads=threads,
         timeout_s=timeout,
+        engine=engine,
+        base_url=base_url,
+        api_key_env=api_key_env,
     )
     progress_console = Console(stderr=True)
     with Progress(
@@ -86,7 +116,10 @@ def measure(
             done = progress.tasks[bar].fields["passed"] + (passed > 0)
             progress.update(bar, advance=1, passed=done, description=task_id)
 
-        result = run_measure(spec, on_start=on_start, on_task=on_task)
+        if resume is not None:
+            result = resume_measure(resume, db, on_start=on_start, on_task=on_task)
+        else:
+            result = run_measure(spec, on_start=on_start, on_task=on_task)
     print_summary(result, Console(), as_json=json_output)
 
 

@@ -36,6 +36,7 @@ def summary_dict(result: MeasureResult) -> dict[str, object]:
         "sandbox_isolation": result.sandbox_isolation,
         "sandbox_note": result.sandbox_note,
         "resumed_tasks": result.resumed_tasks,
+        "memory_bandwidth_utilisation": result.memory_bandwidth_utilisation,
         "figures": result.figures.to_dict(),
     }
 
@@ -60,6 +61,7 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     table.add_row(f"accuracy per joule{label}", _with_interval(figures.accuracy_per_joule))
     table.add_row(f"mean W{label}", _with_interval(figures.mean_power_w))
     table.add_row("decode tokens/s (median)", _plain(figures.decode_tokens_per_s, ".1f"))
+    table.add_row("decode memory-bandwidth use", _plain(result.memory_bandwidth_utilisation, ".0%"))
     table.add_row(
         "latency p50 / p95 (s)",
         f"{_plain(figures.latency_p50_s, '.2f')} / {_plain(figures.latency_p95_s, '.2f')}",

@@ -4,14 +4,24 @@ Ratios come with 95 % percentile bootstrap intervals over tasks (2,000 resamples
 """
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from openjarvis.evals.scoring import pass_at_k
+from openjarvis.store.records import TaskResultRecord
 
-__all__ = ["Estimate", "RunFigures", "TaskFigures", "compute_figures"]
+__all__ = [
+    "COMPARED_FIGURES",
+    "Comparison",
+    "Estimate",
+    "RunFigures",
+    "TaskFigures",
+    "compare_figures",
+    "compute_figures",
+    "task_figures",
+]
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261130
@@ -74,17 +84,26 @@ Statistic = Callable[[np.ndarray], np.ndarray]  # resampled index rows -> one va
 
 def _estimate(statistic: Statistic, n_tasks: int, reason: str | None = None) -> Estimate:
     """Point value on all tasks plus the percentile interval over bootstrap resamples."""
+    return _bootstrap(statistic, (n_tasks,), reason)
+
+
+def _bootstrap(
+    statistic: Callable[..., np.ndarray], sizes: tuple[int, ...], reason: str | None = None
+) -> Estimate:
+    """`_estimate` over one or more independent task sets; statistic takes one row set each."""
     if reason is not None:
         return Estimate(None, null_reason=reason)
     with np.errstate(divide="ignore", invalid="ignore"):
-        point = float(statistic(np.arange(n_tasks)[None, :])[0])
+        point = float(statistic(*(np.arange(n)[None, :] for n in sizes))[0])
         rng = np.random.default_rng(BOOTSTRAP_SEED)
-        rows = rng.integers(0, n_tasks, size=(BOOTSTRAP_RESAMPLES, n_tasks))
-        values = statistic(rows)
+        rows = [rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n)) for n in sizes]
+        values = statistic(*rows)
     if not math.isfinite(point):
         return Estimate(None, null_reason="undefined")
     # Resamples where the ratio is undefined (no task solved) carry no information about it.
     values = values[np.isfinite(values)]
+    if values.size == 0:
+        return Estimate(point, null_reason="no-interval")
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(values, [tail, 100 - tail])
     return Estimate(point, float(low), float(high))
@@ -152,4 +171,101 @@ def compute_figures(tasks: Sequence[TaskFigures]) -> RunFigures:
         latency_p95_s=_percentile(tau.tolist(), 95),
         ttft_p50_s=_percentile([t.ttft_s for t in tasks], 50),
         decode_tokens_per_s=_percentile([t.decode_tokens_per_s for t in tasks], 50),
+    )
+
+
+# Figures `compare_figures` gives ratios of: name -> (energy it needs, statistic of one run).
+# "energy" / "net_energy" name the TaskFigures column; None needs no energy.
+_ColumnStatistic = Callable[[dict[str, np.ndarray], np.ndarray], np.ndarray]
+COMPARED_FIGURES: dict[str, tuple[str | None, _ColumnStatistic]] = {
+    "accuracy": (None, lambda c, r: c["accuracy"][r].mean(1)),
+    "mean_energy_j": ("energy", lambda c, r: c["energy"][r].mean(1)),
+    "mean_net_energy_j": ("net_energy", lambda c, r: c["net_energy"][r].mean(1)),
+    "mean_power_w": ("energy", lambda c, r: (c["energy"] / c["tau"])[r].mean(1)),
+    "accuracy_per_joule": (
+        "energy",
+        lambda c, r: c["accuracy"][r].mean(1) / c["energy"][r].mean(1),
+    ),
+    "accuracy_per_joule_net": (
+        "net_energy",
+        lambda c, r: c["accuracy"][r].mean(1) / c["net_energy"][r].mean(1),
+    ),
+    "accuracy_per_watt": (
+        "energy",
+        lambda c, r: c["accuracy"][r].mean(1) / (c["energy"] / c["tau"])[r].mean(1),
+    ),
+    "joules_per_output_token": (
+        "energy",
+        lambda c, r: c["energy"][r].sum(1) / c["tokens"][r].sum(1),
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Ratios `other / baseline` of COMPARED_FIGURES with 95 % bootstrap intervals."""
+
+    paired: bool  # resampled over shared task ids (same task sets), else each run on its own
+    baseline_tasks: int
+    other_tasks: int
+    ratios: dict[str, Estimate]
+
+
+def _columns(tasks: Sequence[TaskFigures]) -> dict[str, np.ndarray]:
+    """Per-task arrays; an energy column is absent when any task's energy is unknown."""
+    columns = {
+        "accuracy": np.array([t.passed / t.samples for t in tasks]),
+        "tau": np.array([t.latency_s for t in tasks]),
+        "tokens": np.array([t.completion_tokens for t in tasks], dtype=float),
+    }
+    for name, values in (
+        ("energy", [t.energy_j for t in tasks]),
+        ("net_energy", [t.net_energy_j for t in tasks]),
+    ):
+        if all(v is not None for v in values):
+            columns[name] = np.array(values, dtype=float)
+    return columns
+
+
+def compare_figures(
+    baseline: Mapping[str, TaskFigures], other: Mapping[str, TaskFigures]
+) -> Comparison:
+    """Ratios of two runs' figures, keyed by task id: paired when both ran the same tasks."""
+    if not baseline or not other:
+        raise ValueError("both runs need at least one task to compare")
+    paired = baseline.keys() == other.keys()
+    # Paired: both runs' arrays in the same task order, so one row set resamples both at once.
+    order_a = sorted(baseline)
+    order_b = order_a if paired else sorted(other)
+    columns_a = _columns([baseline[task_id] for task_id in order_a])
+    columns_b = _columns([other[task_id] for task_id in order_b])
+    ratios: dict[str, Estimate] = {}
+    for name, (needs, statistic) in COMPARED_FIGURES.items():
+        reason = None
+        if needs is not None and (needs not in columns_a or needs not in columns_b):
+            reason = "energy-unknown"
+        if paired:
+            ratios[name] = _bootstrap(
+                lambda r, s=statistic: s(columns_b, r) / s(columns_a, r), (len(order_a),), reason
+            )
+        else:
+            ratios[name] = _bootstrap(
+                lambda ra, rb, s=statistic: s(columns_b, rb) / s(columns_a, ra),
+                (len(order_a), len(order_b)),
+                reason,
+            )
+    return Comparison(paired, len(order_a), len(order_b), ratios)
+
+
+def task_figures(record: TaskResultRecord) -> TaskFigures:
+    """What metrics need of a stored task."""
+    return TaskFigures(
+        samples=record.samples,
+        passed=record.passed,
+        latency_s=record.latency_s,
+        energy_j=record.energy_j,
+        net_energy_j=record.net_energy_j,
+        completion_tokens=record.completion_tokens,
+        ttft_s=record.ttft_s,
+        decode_tokens_per_s=record.decode_tokens_per_s,
     )

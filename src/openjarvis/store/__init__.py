@@ -3,7 +3,17 @@
 Open it with `open_store()`; plain records from `records` go in and come back out.
 """
 
+from openjarvis.store.assistant import (
+    AssistantMessageRecord,
+    AssistantSessionRecord,
+    add_assistant_message,
+    assistant_messages,
+    create_assistant_session,
+    latest_assistant_session,
+    set_out_of_context,
+)
 from openjarvis.store.database import DATABASE_ENV_VAR, default_database_url, open_store
+from openjarvis.store.merge import MergeCounts, merge_into
 from openjarvis.store.records import (
     EnergyRecord,
     HostRecord,
@@ -11,16 +21,29 @@ from openjarvis.store.records import (
     RunRecord,
     TaskResultRecord,
 )
+from openjarvis.store.requests import RequestLogRecord, log_request, request_logs
 from openjarvis.store.store import Store
 
 __all__ = [
     "DATABASE_ENV_VAR",
+    "AssistantMessageRecord",
+    "AssistantSessionRecord",
     "EnergyRecord",
     "HostRecord",
+    "MergeCounts",
     "PowerSampleRecord",
+    "RequestLogRecord",
     "RunRecord",
     "Store",
     "TaskResultRecord",
+    "add_assistant_message",
+    "assistant_messages",
+    "create_assistant_session",
     "default_database_url",
+    "latest_assistant_session",
+    "log_request",
+    "merge_into",
     "open_store",
+    "request_logs",
+    "set_out_of_context",
 ]

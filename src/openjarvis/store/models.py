@@ -14,6 +14,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -31,7 +32,7 @@ __all__ = [
     "EnergyReading",
     "Host",
     "Model",
-    "PowerSample",
+    "PowerTraceChunk",
     "Run",
     "TaskResult",
     "UTCDateTime",
@@ -291,13 +292,19 @@ class EnergyReading(Base):
         )
 
 
-class PowerSample(Base):
-    """The power trace of a run; written in batches through Core, never one ORM object a row."""
+class PowerTraceChunk(Base):
+    """Part of a run's power trace: up to TRACE_CHUNK_SAMPLES samples of one source, packed.
 
-    __tablename__ = "power_sample"
+    One row per sample made a million-sample trace take many seconds to write (a foreign key
+    check and an index entry per row); packed arrays take milliseconds. See store/trace.py.
+    """
+
+    __tablename__ = "power_trace_chunk"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
     source: Mapped[str] = mapped_column(String(255))
-    time_s: Mapped[float] = mapped_column(Float)  # seconds since the run started
-    power_w: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    start_s: Mapped[float] = mapped_column(Float)  # earliest time in the chunk, for ordering
+    times_s: Mapped[bytes] = mapped_column(LargeBinary)  # float64 little-endian, since run start
+    power_w: Mapped[bytes] = mapped_column(LargeBinary)  # float64 little-endian, one per time

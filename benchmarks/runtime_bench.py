@@ -1,0 +1,182 @@
+"""Runtime benchmark, side by side in one run: our llama.cpp engine against llama-cpp-python's own
+create_completion, and `jarvis serve` (through the official openai client) against in process.
+
+Same GGUF, prompt, greedy decoding, max_tokens and threads; every request from a cold cache;
+the contenders alternate in each round so that other load on the machine hits them alike.
+Run: .venv/bin/python benchmarks/runtime_bench.py [--rounds 5] [--max-tokens 256]
+"""
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import llama_cpp
+import openai
+
+from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
+from openjarvis.runtime.models import resolve_model
+from openjarvis.runtime.types import GenerationRequest
+from openjarvis.serve import running_server
+
+__all__: list[str] = []
+
+PROMPT = (
+    "from typing import List\n\n\n"
+    "def merge_sort(values: List[int]) -> List[int]:\n"
+    '    """Sort the values with merge sort and return a new list. Explain each step in\n'
+    '    comments."""\n'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    ttft_s: float
+    decode_tokens_per_s: float
+    tokens: int
+    text: str
+
+
+def ours(engine: LlamaCppEngine, max_tokens: int) -> Timing:
+    completion = engine.generate(GenerationRequest(PROMPT, max_tokens=max_tokens))
+    assert completion.ttft_s is not None and completion.decode_tokens_per_s is not None
+    return Timing(
+        completion.ttft_s,
+        completion.decode_tokens_per_s,
+        completion.completion_tokens,
+        completion.text,
+    )
+
+
+def _from_arrivals(start_s: float, arrivals_s: list[float], tokens: int, text: str) -> Timing:
+    """TTFT and (tokens - 1) / (last - first), as METRICS.md defines them, from chunk times."""
+    return Timing(
+        arrivals_s[0] - start_s, (tokens - 1) / (arrivals_s[-1] - arrivals_s[0]), tokens, text
+    )
+
+
+def theirs(llama: llama_cpp.Llama, max_tokens: int, tokens: int) -> Timing:
+    """create_completion streamed; one chunk per token here (ASCII output, no stop strings)."""
+    llama.reset()
+    start_s = time.monotonic()
+    arrivals_s, pieces = [], []
+    for chunk in llama.create_completion(
+        PROMPT, max_tokens=max_tokens, temperature=0.0, repeat_penalty=1.0, stream=True
+    ):
+        arrivals_s.append(time.monotonic())
+        pieces.append(chunk["choices"][0]["text"])  # type: ignore[index]
+    return _from_arrivals(start_s, arrivals_s, tokens, "".join(pieces))
+
+
+def served(client: openai.OpenAI, max_tokens: int, tokens: int) -> Timing:
+    start_s = time.monotonic()
+    arrivals_s, pieces = [], []
+    stream = client.completions.create(
+        model="m", prompt=PROMPT, max_tokens=max_tokens, temperature=0, stream=True
+    )
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].text:
+            arrivals_s.append(time.monotonic())
+            pieces.append(chunk.choices[0].text)
+    return _from_arrivals(start_s, arrivals_s, tokens, "".join(pieces))
+
+
+def rounds(contenders: dict[str, Callable[[], Timing]], count: int) -> dict[str, list[Timing]]:
+    results: dict[str, list[Timing]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for index in range(count):
+        for name in names if index % 2 == 0 else reversed(names):
+            results[name].append(contenders[name]())
+    return results
+
+
+def report(title: str, results: dict[str, list[Timing]], baseline: str) -> None:
+    """Medians, and the median of per-round ratios: a round's contenders ran back to back, so
+    pairing cancels most of the drift of other load on the machine."""
+    print(f"\n{title}")
+    print(
+        "| contender | decode tok/s (median) | TTFT ms (median) | tokens | decode ratio (paired) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: |")
+    base = results[baseline]
+    for name, timings in results.items():
+        rate = statistics.median(t.decode_tokens_per_s for t in timings)
+        ttft_ms = 1000 * statistics.median(t.ttft_s for t in timings)
+        paired = [
+            t.decode_tokens_per_s / b.decode_tokens_per_s
+            for t, b in zip(timings, base, strict=True)
+        ]
+        ratios = ", ".join(f"{r:.3f}" for r in paired)
+        print(
+            f"| {name} | {rate:.1f} | {ttft_ms:.0f} | {timings[0].tokens} "
+            f"| {statistics.median(paired):.3f} ({ratios}) |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=None, help="default: physical cores")
+    args = parser.parse_args()
+    model = resolve_model(None)
+    settings = LlamaCppSettings(n_ctx=2048, n_threads=args.threads, reuse_prompt_cache=False)
+    engine = LlamaCppEngine(model.path, settings, name=model.name)
+    llama = llama_cpp.Llama(
+        model_path=str(model.path),
+        n_ctx=2048,
+        n_threads=settings.resolved_threads(),
+        n_threads_batch=settings.resolved_batch_threads(),
+        n_batch=settings.n_batch,
+        verbose=False,
+    )
+    reference = ours(engine, args.max_tokens)  # warm-up, and the token count for the others
+    tokens = reference.tokens
+    print(
+        f"model {model.name}, {settings.resolved_threads()} decode / "
+        f"{settings.resolved_batch_threads()} prefill threads, {tokens} tokens per run"
+    )
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+
+    direct = rounds(
+        {
+            "OpenJarvis LlamaCppEngine": lambda: ours(engine, args.max_tokens),
+            "llama-cpp-python create_completion": lambda: theirs(llama, args.max_tokens, tokens),
+        },
+        args.rounds,
+    )
+    for timing in direct["llama-cpp-python create_completion"]:
+        assert timing.text == reference.text, "greedy outputs differ: the runs are not comparable"
+    report("engine vs llama-cpp-python", direct, "llama-cpp-python create_completion")
+    llama.close()
+
+    with running_server(engine, None) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="bench", max_retries=0)
+        through = rounds(
+            {
+                "in process (LlamaCppEngine)": lambda: ours(engine, args.max_tokens),
+                "jarvis serve + openai client": lambda: served(client, args.max_tokens, tokens),
+            },
+            args.rounds,
+        )
+    for timing in through["jarvis serve + openai client"]:
+        assert timing.text == reference.text, "the server's output differs from the engine's"
+    report("jarvis serve vs in process", through, "in process (LlamaCppEngine)")
+
+    final = engine.generate(GenerationRequest(PROMPT, max_tokens=args.max_tokens))
+    bandwidth = engine.bandwidth
+    print(
+        f"\nroofline: bandwidth {bandwidth.gb_per_s:.1f} GB/s ({bandwidth.method}); "
+        f"bytes/token {final.decode_bytes_per_token / 1e6:.1f} MB; "
+        f"MBU {final.memory_bandwidth_utilisation:.1%}"
+        if bandwidth and final.decode_bytes_per_token and final.memory_bandwidth_utilisation
+        else "\nroofline: unknown"
+    )
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()

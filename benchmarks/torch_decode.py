@@ -1,0 +1,146 @@
+"""Batch-1 decode of the torch engine, random weights of a preset shape: 1 GPU, N GPUs with
+NCCL, N GPUs with our all-reduce; tokens/s, GB/s, MBU, TTFT and joules per token (NVML).
+
+`NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+ PYTHONPATH=src python3 benchmarks/torch_decode.py --preset llama-3-8b --out decode.json`
+Each configuration runs in a fresh process (a clean CUDA and NCCL state).
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def run_one(
+    preset: str, tp: int, all_reduce: str, graphs: bool, device: str, tokens: int, prompt: int
+) -> dict:
+    import faulthandler
+
+    import torch
+
+    faulthandler.dump_traceback_later(280, exit=True)  # a hung collective ends the child
+
+    from openjarvis.power import Meter
+    from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+
+    settings = TorchSettings(
+        device=device,
+        tp=tp,
+        all_reduce=all_reduce,
+        max_seq_len=prompt + tokens + 16,  # type: ignore[arg-type]
+    )
+    started = time.monotonic()
+    engine = TorchEngine(preset, settings)
+    load_s = time.monotonic() - started
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, engine.config.vocab_size, (prompt,), generator=generator).tolist()
+    list(engine.generate_tokens(ids, 32))  # warm-up: prefill kernels, graph replays
+    meter = Meter.discover(scope="accelerator", estimate_cpu=False) if device == "cuda" else None
+    if meter is not None:
+        meter.start()
+    start_s = time.monotonic()
+    if meter is not None:
+        with meter.window("decode") as window:
+            times = [t for _, t in engine.generate_tokens(ids, tokens)]
+        energy = window.result
+    else:
+        times = [t for _, t in engine.generate_tokens(ids, tokens)]
+        energy = None
+    decode_s = times[-1] - times[0]
+    tokens_per_s = (len(times) - 1) / decode_s
+    bytes_per_token = engine.decode_bytes_per_token()
+    result = {
+        "preset": preset,
+        "tp": tp,
+        "all_reduce": all_reduce,
+        "settings": engine.settings_dict(),
+        "load_s": load_s,
+        "prompt_tokens": prompt,
+        "tokens": len(times),
+        "ttft_s": times[0] - start_s,
+        "decode_tokens_per_s": tokens_per_s,
+        "decode_gb_per_s": tokens_per_s * bytes_per_token / 1e9,
+        "mbu": tokens_per_s * bytes_per_token / engine.bandwidth_bytes_per_s
+        if engine.bandwidth_bytes_per_s
+        else None,
+    }
+    if energy is not None:
+        result["energy_j"] = energy.energy_j
+        result["joules_per_token"] = energy.energy_j / len(times) if energy.energy_j else None
+        result["window_s"] = energy.duration_s
+        result["energy_by_source_j"] = {s.source: s.energy_j for s in energy.sources}
+        result["energy_method"] = energy.method
+    if meter is not None:
+        meter.close()
+    # Reported before the engine closes: a slow teardown must not lose the measurement.
+    print("RESULT " + json.dumps(result), flush=True)
+    engine.close()
+    return result
+
+
+def _run_child(args: argparse.Namespace, configuration: str) -> dict:
+    command = [sys.executable, __file__, "--one", configuration]
+    command += ["--preset", args.preset, "--tokens", str(args.tokens)]
+    command += ["--prompt", str(args.prompt), "--device", args.device]
+    try:
+        child = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+        stdout, stderr = child.stdout, child.stderr
+    except subprocess.TimeoutExpired as expired:  # the result may be out before a stuck close
+        stdout = expired.stdout.decode() if isinstance(expired.stdout, bytes) else ""
+        stderr = f"timed out after {args.timeout} s"
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        print(f"{configuration}: failed\n{stderr[-3000:]}")
+        return {"configuration": configuration, "error": stderr[-3000:]}
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--preset", default="llama-3-8b")
+    parser.add_argument("--tp", type=int, default=2, help="the multi-GPU world size")
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", type=Path, default=Path("decode.json"))
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # "tp:all_reduce:graphs", in a child
+    args = parser.parse_args()
+    if args.one:
+        tp, all_reduce, graphs = args.one.split(":")
+        run_one(
+            args.preset, int(tp), all_reduce, graphs == "graphs", args.device, args.tokens,
+            args.prompt,
+        )  # fmt: skip
+        return
+    graphs = "graphs" if args.device == "cuda" else "eager"
+    configurations = [f"1:nccl:{graphs}", f"{args.tp}:auto:{graphs}", f"{args.tp}:nccl:{graphs}"]
+    results = []
+    for configuration in configurations:
+        results.append(_run_child(args, configuration))
+        args.out.write_text(json.dumps(results, indent=2))  # after each: a later stop loses less
+    print(f"{'config':<20}{'tok/s':>9}{'GB/s':>9}{'MBU':>7}{'TTFT ms':>9}{'J/tok':>8}{'vs 1':>7}")
+    base = next((r["decode_tokens_per_s"] for r in results if "decode_tokens_per_s" in r), None)
+    for r in results:
+        if "error" in r:
+            print(f"{r['configuration']:<20} failed")
+            continue
+        graph = "graph" if r["settings"]["cuda_graph"] else "eager"
+        name = f"tp{r['tp']}:{r['all_reduce']}:{graph}"
+        mbu = f"{r['mbu']:.2f}" if r["mbu"] else "—"
+        joules = r.get("joules_per_token")
+        joules_text = f"{joules:.3f}" if joules else "—"
+        ratio = r["decode_tokens_per_s"] / base if base else float("nan")
+        print(
+            f"{name:<20}{r['decode_tokens_per_s']:9.1f}{r['decode_gb_per_s']:9.0f}{mbu:>7}"
+            f"{r['ttft_s'] * 1e3:9.1f}{joules_text:>8}{ratio:6.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""`ipw compare`: runs side by side, with each run's ratio to the first and its 95 % interval.
+
+Ratios come from evals.metrics.compare_figures; energy scopes must match unless the user says so.
+"""
+
+import dataclasses
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from openjarvis.cli.results import DatabaseOption, JsonOption
+from openjarvis.errors import UserError
+from openjarvis.evals.metrics import (
+    COMPARED_FIGURES,
+    Comparison,
+    Estimate,
+    RunFigures,
+    compare_figures,
+    compute_figures,
+    task_figures,
+)
+from openjarvis.report.runs import (
+    FIGURE_COLUMNS,
+    format_interval,
+    host_label,
+    is_estimate,
+    model_label,
+    run_row,
+)
+from openjarvis.store import RunRecord, open_store
+
+__all__ = ["compare_command"]
+
+
+def compare_command(
+    runs: Annotated[list[str], typer.Argument(help="Run ids; the first is the baseline")],
+    allow_mixed_scope: Annotated[
+        bool, typer.Option(help="Show runs of different energy scopes side by side, labelled")
+    ] = False,
+    db: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Compare runs side by side: figures, and ratios to the first run with 95 % intervals."""
+    if len(runs) < 2:
+        raise UserError("compare needs at least two run ids, e.g. `ipw compare 3f2a 9c1e`")
+    with open_store(db) as store:
+        records = [store.get_run(run) for run in runs]
+        tasks = [store.task_results(record.id or "") for record in records]
+    for record, saved in zip(records, tasks, strict=True):
+        if not saved:
+            raise UserError(f"run {_short(record)} has no saved tasks; pick one from `ipw runs`")
+    scopes = {record.energy_scope for record in records}
+    if len(scopes) > 1 and not allow_mixed_scope:
+        listing = ", ".join(f"{_short(record)}: {record.energy_scope}" for record in records)
+        raise UserError(
+            f"these runs measure different energy scopes ({listing}); compare runs of one "
+            "scope, or pass --allow-mixed-scope to show them side by side, labelled"
+        )
+    per_task = [{task.task_id: task_figures(task) for task in saved} for saved in tasks]
+    figures = [compute_figures(list(by_id.values())) for by_id in per_task]
+    comparisons = [compare_figures(per_task[0], other) for other in per_task[1:]]
+    console = Console()
+    if json_output:
+        data = _as_json(records, figures, comparisons)
+        console.file.write(json.dumps(data, indent=2) + "\n")
+        return
+    console.print(_table(records, figures, comparisons))
+    for record, comparison in zip(records[1:], comparisons, strict=True):
+        how = (
+            f"paired over {comparison.baseline_tasks} shared tasks"
+            if comparison.paired
+            else f"independent: task sets differ ({comparison.baseline_tasks} vs "
+            f"{comparison.other_tasks} tasks)"
+        )
+        console.print(f"[dim]{_short(record)} / {_short(records[0])}: bootstrap {how}[/]")
+    for record in records:
+        if is_estimate(record):
+            console.print(
+                f"[yellow]note:[/] run {_short(record)}'s energy is an estimate, not a "
+                "measurement; its energy figures and ratios are marked 'est.'"
+            )
+    if len(scopes) > 1:
+        console.print(
+            "[yellow]note:[/] energy scopes differ (system includes CPU and DRAM, accelerator "
+            "only GPUs): energy ratios compare different things"
+        )
+
+
+def _short(record: RunRecord) -> str:
+    return (record.id or "")[:8]
+
+
+def _marked(text: str, figure: str, estimated: bool) -> str:
+    needs_energy = COMPARED_FIGURES[figure][0] is not None
+    return f"{text} est." if estimated and needs_energy and text != "—" else text
+
+
+def _interval(estimate: Estimate) -> str:
+    return format_interval(estimate.value, estimate.low, estimate.high)
+
+
+def _table(
+    records: list[RunRecord], figures: list[RunFigures], comparisons: list[Comparison]
+) -> Table:
+    table = Table(title="ipw compare")
+    table.add_column("figure")
+    for record in records:
+        label = "\n(estimate)" if is_estimate(record) else ""
+        table.add_column(
+            f"{_short(record)}\n{model_label(record)}\n{host_label(record)}\n"
+            f"{record.energy_method or 'none'} · {record.energy_scope}{label}",
+            justify="right",
+        )
+    baseline = records[0]
+    for record in records[1:]:
+        label = "\n(vs estimate)" if is_estimate(record) or is_estimate(baseline) else ""
+        table.add_column(f"ratio\n{_short(record)} / {_short(baseline)}{label}", justify="right")
+    table.add_row("tasks", *[str(f.tasks) for f in figures], *[""] * len(comparisons))
+    for name in COMPARED_FIGURES:
+        values = [
+            _marked(_interval(getattr(f, name)), name, is_estimate(record))
+            for record, f in zip(records, figures, strict=True)
+        ]
+        ratios = [
+            _marked(_interval(c.ratios[name]), name, is_estimate(record) or is_estimate(baseline))
+            for record, c in zip(records[1:], comparisons, strict=True)
+        ]
+        table.add_row(FIGURE_COLUMNS[name], *values, *ratios)
+    return table
+
+
+def _as_json(
+    records: list[RunRecord], figures: list[RunFigures], comparisons: list[Comparison]
+) -> dict[str, object]:
+    baseline = records[0]
+    return {
+        "runs": [
+            {**run_row(record), "figures": f.to_dict()}
+            for record, f in zip(records, figures, strict=True)
+        ],
+        "comparisons": [
+            {
+                "baseline": baseline.id,
+                "other": record.id,
+                "paired": comparison.paired,
+                "baseline_tasks": comparison.baseline_tasks,
+                "other_tasks": comparison.other_tasks,
+                "energy_estimated": is_estimate(record) or is_estimate(baseline),
+                "mixed_scope": record.energy_scope != baseline.energy_scope,
+                "ratios": {
+                    name: dataclasses.asdict(estimate)
+                    for name, estimate in comparison.ratios.items()
+                },
+            }
+            for record, comparison in zip(records[1:], comparisons, strict=True)
+        ],
+    }

@@ -1,0 +1,35 @@
+"""The `jarvis` command: the coding assistant (bare `jarvis`), `jarvis serve`, `jarvis models`.
+
+Every UserError becomes one line on stderr and exit code 2, with no traceback.
+"""
+
+import sys
+
+import typer
+
+from openjarvis.cli.assistant import assistant_callback
+from openjarvis.cli.models import models_command
+from openjarvis.cli.serve import serve_command
+from openjarvis.errors import UserError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    help="OpenJarvis: local models with the joules of every reply.",
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.callback(invoke_without_command=True)(assistant_callback)
+app.command("serve")(serve_command)
+app.command("models")(models_command)
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as error:
+        sys.stderr.write(f"error: {error}\n")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)

@@ -1,0 +1,80 @@
+"""`ipw report`: write the HTML report (with plots) plus Markdown, CSV and JSON of stored runs.
+
+Matplotlib is imported only when a report is written, so other commands start fast.
+"""
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from openjarvis.cli.results import DatabaseOption, parse_since
+from openjarvis.errors import UserError
+from openjarvis.store import PowerSampleRecord, RunRecord, Store, open_store
+
+__all__ = ["report_command"]
+
+DEFAULT_TRACES = 3
+TRACE_CANDIDATES = 10  # newest runs searched for a power trace when none is named
+
+
+def report_command(
+    out: Annotated[Path, typer.Option(help="Folder for report.html, .md, .csv, .json")] = Path(
+        "ipw-report"
+    ),
+    model: Annotated[str | None, typer.Option(help="Only this model (by name)")] = None,
+    host: Annotated[str | None, typer.Option(help="Only this hostname or fingerprint")] = None,
+    suite: Annotated[str | None, typer.Option(help="Only this suite")] = None,
+    since: Annotated[str | None, typer.Option(help="Only runs started on or after DATE")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N runs, newest first")] = None,
+    trace: Annotated[
+        list[str] | None,
+        typer.Option(help="Draw this run's power trace (repeatable; default: newest 3 with one)"),
+    ] = None,
+    db: DatabaseOption = None,
+) -> None:
+    """Write a self-contained HTML report of stored runs, plus Markdown, CSV and JSON."""
+    from openjarvis.report.write import ReportData, write_report
+
+    with open_store(db) as store:
+        runs = store.list_runs(
+            limit=limit, model=model, host=host, suite=suite, since=parse_since(since)
+        )
+        if not any(run.summary is not None for run in runs):
+            raise UserError(
+                f"no finished runs match in {store.url}; record one with `ipw measure` or "
+                "loosen --model/--host/--suite/--since"
+            )
+        traces = _traces(store, runs, trace or [])
+        data = ReportData(runs, traces, store.url, datetime.now(UTC))
+    try:
+        files = write_report(data, out)
+    except OSError as error:
+        raise UserError(f"cannot write the report to {out}: {error.strerror}; pick --out") from None
+    console = Console()
+    console.print(f"report: {files.html}")
+    console.print(f"[dim]also {files.markdown}, {files.csv}, {files.json}[/]")
+
+
+def _traces(
+    store: Store, runs: list[RunRecord], named: list[str]
+) -> list[tuple[RunRecord, list[PowerSampleRecord]]]:
+    if named:
+        chosen = []
+        for run_id in named:
+            run = store.get_run(run_id)
+            samples = store.power_samples(run.id or run_id)
+            if not samples:
+                raise UserError(f"run {run_id} has no power trace; leave it out of --trace")
+            chosen.append((run, samples))
+        return chosen
+    found = []
+    for run in runs[:TRACE_CANDIDATES]:
+        samples = store.power_samples(run.id or "")
+        if samples:
+            found.append((run, samples))
+        if len(found) == DEFAULT_TRACES:
+            break
+    return found

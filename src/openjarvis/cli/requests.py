@@ -1,0 +1,80 @@
+"""`ipw requests`: what `jarvis serve` answered, with the energy of each request and the total.
+
+The joules of a coding session that used the server (aider, OpenCode, any OpenAI client).
+"""
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from openjarvis.errors import UserError
+
+__all__ = ["requests_command"]
+
+
+def _since(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(
+            f"--since {text!r} is not a date; use e.g. 2026-11-30 or 2026-11-30T09:00"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def requests_command(
+    since: Annotated[str | None, typer.Option(help="Only requests from this UTC date/time")] = None,
+    model: Annotated[str | None, typer.Option(help="Only this model")] = None,
+    last: Annotated[int, typer.Option(help="Rows to show (the totals count all)")] = 20,
+    db: Annotated[str | None, typer.Option(help="Database URL or path (or OPENJARVIS_DB)")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON, not a table")] = False,
+) -> None:
+    """List the requests `jarvis serve` logged, with joules per request and in total."""
+    from openjarvis.store import open_store, request_logs
+
+    with open_store(db) as store:
+        logs = request_logs(store, since=_since(since), model=model)
+    known = [r.energy_j for r in logs if r.energy_j is not None]
+    methods = sorted({r.energy_method for r in logs if r.energy_method})
+    totals = {
+        "requests": len(logs),
+        "completion_tokens": sum(r.completion_tokens for r in logs),
+        "energy_j": sum(known) if len(known) == len(logs) and logs else None,
+        "requests_without_energy": len(logs) - len(known),
+        "methods": methods,
+    }
+    if json_output:
+        rows = [{**dataclasses.asdict(r), "started_at": str(r.started_at)} for r in logs]
+        typer.echo(json.dumps({"totals": totals, "requests": rows}, indent=2))
+        return
+    table = Table(title=f"jarvis serve requests ({len(logs)})")
+    for column in ("started (UTC)", "endpoint", "model", "tokens out", "J", "method", "J/token"):
+        table.add_column(column, justify="right" if column[0] in "tJ" else "left")
+    for r in logs[-last:]:
+        per_token = r.energy_j / r.completion_tokens if r.energy_j and r.completion_tokens else None
+        table.add_row(
+            f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "—",
+            r.endpoint.removeprefix("/v1/"),
+            r.model_name,
+            str(r.completion_tokens),
+            "—" if r.energy_j is None else f"{r.energy_j:.3g}",
+            r.energy_method or r.energy_null_reason or "—",
+            "—" if per_token is None else f"{per_token:.3g}",
+        )
+    console = Console()
+    console.print(table)
+    energy = totals["energy_j"]
+    shown = "—" if energy is None else f"{energy:.4g} J"
+    console.print(
+        f"total: {totals['requests']} requests, {totals['completion_tokens']} tokens out, "
+        f"{shown} ({', '.join(methods) or 'no energy'})"
+    )
+    if totals["requests_without_energy"]:
+        console.print(f"[yellow]{totals['requests_without_energy']} request(s) have no energy[/]")

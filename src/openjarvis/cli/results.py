@@ -1,0 +1,216 @@
+"""`ipw runs` and `ipw show`: list stored runs and show one, for people or as JSON.
+
+Figures come from evals.metrics; row shapes and number formatting from report.runs.
+"""
+
+import dataclasses
+import json
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from openjarvis.errors import UserError
+from openjarvis.evals.metrics import Estimate, RunFigures, compute_figures, task_figures
+from openjarvis.report.runs import (
+    FIGURE_COLUMNS,
+    figure,
+    format_interval,
+    format_value,
+    host_label,
+    mark_estimate,
+    model_label,
+    run_row,
+    run_to_dict,
+)
+from openjarvis.store import RunRecord, TaskResultRecord, open_store
+
+__all__ = ["DatabaseOption", "JsonOption", "parse_since", "runs_command", "show_command"]
+
+DatabaseOption = Annotated[
+    str | None, typer.Option("--db", help="Database URL or path (or OPENJARVIS_DB)")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")]
+
+
+def parse_since(text: str | None) -> datetime | None:
+    """A date or date-time as users type it; without an offset it is local time."""
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text).astimezone()
+    except ValueError:
+        raise UserError(
+            f"--since takes a date such as 2026-01-31 or 2026-01-31T14:00, not {text!r}"
+        ) from None
+
+
+def runs_command(
+    model: Annotated[str | None, typer.Option(help="Only this model (by name)")] = None,
+    host: Annotated[str | None, typer.Option(help="Only this hostname or fingerprint")] = None,
+    suite: Annotated[str | None, typer.Option(help="Only this suite")] = None,
+    since: Annotated[str | None, typer.Option(help="Only runs started on or after DATE")] = None,
+    limit: Annotated[int, typer.Option(help="Show at most N runs, newest first")] = 50,
+    db: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """List stored runs, newest first."""
+    with open_store(db) as store:
+        runs = store.list_runs(
+            limit=limit, model=model, host=host, suite=suite, since=parse_since(since)
+        )
+        url = store.url
+    console = Console()
+    if json_output:
+        console.file.write(json.dumps([run_row(run) for run in runs], indent=2) + "\n")
+        return
+    if not runs:
+        console.print(f"no runs match in {url}; `ipw measure` records one")
+        return
+    table = Table(title=f"runs in {url}")
+    table.add_column("run", no_wrap=True)
+    for heading in ("started", "state", "model", "host", "suite", "tasks", "accuracy"):
+        table.add_column(heading)
+    table.add_column("J per task", justify="right")
+    table.add_column("accuracy per J", justify="right")
+    table.add_column("energy")
+    for run in runs:
+        started = run.started_at.astimezone() if run.started_at else None
+        table.add_row(
+            (run.id or "")[:8],
+            started.strftime("%Y-%m-%d %H:%M") if started else "—",
+            run.state,
+            model_label(run),
+            host_label(run),
+            run.suite,
+            str((run.summary or {}).get("tasks", "—")),
+            format_value(figure(run, "accuracy")[0]),
+            mark_estimate(format_value(figure(run, "mean_energy_j")[0]), run),
+            mark_estimate(format_value(figure(run, "accuracy_per_joule")[0]), run),
+            f"{run.energy_method or 'none'} · {run.energy_scope}",
+        )
+    console.print(table)
+
+
+def show_command(
+    run: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough)")],
+    db: DatabaseOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Show one run: what ran where, its figures with 95 % intervals, and every task."""
+    with open_store(db) as store:
+        record = store.get_run(run)
+        tasks = store.task_results(record.id or run)
+    figures = run_figures(tasks)
+    note = None if record.state == "complete" else f"run is {record.state}: figures are partial"
+    console = Console()
+    if json_output:
+        data: dict[str, Any] = {
+            "run": run_to_dict(record),
+            "figures": figures.to_dict() if figures else None,
+            "figures_note": note,
+            "tasks": [dataclasses.asdict(task) for task in tasks],
+        }
+        console.file.write(json.dumps(data, indent=2) + "\n")
+        return
+    console.print(_metadata_table(record))
+    if figures is None:
+        console.print("no tasks saved: no figures")
+        return
+    console.print(_figures_table(record, figures))
+    if note:
+        console.print(f"[yellow]note:[/] {note}")
+    console.print(_tasks_table(record, tasks))
+
+
+def run_figures(tasks: list[TaskResultRecord]) -> RunFigures | None:
+    """The run's figures from its saved tasks (the same computation `ipw measure` stored)."""
+    return compute_figures([task_figures(task) for task in tasks]) if tasks else None
+
+
+def _metadata_table(run: RunRecord) -> Table:
+    table = Table(title=f"run {run.id}", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    started = run.started_at.astimezone().isoformat(timespec="seconds") if run.started_at else "—"
+    finished = (
+        run.finished_at.astimezone().isoformat(timespec="seconds") if run.finished_at else "—"
+    )
+    rows = [
+        ("state", run.state),
+        ("started / finished", f"{started} / {finished}"),
+        ("model", model_label(run)),
+        ("model file", f"{run.model_path or '—'} (sha256 {run.model_sha256 or '—'})"),
+        ("parameters", f"{run.model_parameters:,}" if run.model_parameters else "—"),
+        ("engine", f"{run.engine} {json.dumps(run.engine_settings, sort_keys=True)}"),
+        ("suite", f"{run.suite} {json.dumps(run.options, sort_keys=True)}"),
+        ("energy", f"method {run.energy_method or 'none'} · scope {run.energy_scope}"),
+        ("idle power (W)", json.dumps(run.idle_power_w, sort_keys=True)),
+        ("sandbox", run.sandbox_isolation),
+        ("openjarvis", run.tool_version),
+    ]
+    host = run.host
+    if host is not None:
+        rows += [
+            ("host", f"{host.hostname} (fingerprint {host.fingerprint})"),
+            ("cpu", f"{host.cpu_model}, {host.cpu_physical_cores}/{host.cpu_logical_cores} cores"),
+            ("memory", f"{host.memory_bytes / 2**30:.1f} GiB"),
+            ("gpus", ", ".join(host.gpus) or "none"),
+            ("gpu driver", host.gpu_driver or "—"),
+            ("os", host.os),
+        ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _interval(estimate: Estimate) -> str:
+    return format_interval(estimate.value, estimate.low, estimate.high)
+
+
+def _figures_table(run: RunRecord, figures: RunFigures) -> Table:
+    table = Table(title=f"figures over {figures.tasks} tasks · {figures.samples} sample(s) each")
+    table.add_column("figure")
+    table.add_column("value [95 % interval]", justify="right")
+    for name, heading in FIGURE_COLUMNS.items():
+        estimate = getattr(figures, name)
+        text = _interval(estimate)
+        table.add_row(heading, text if name == "accuracy" else mark_estimate(text, run))
+        if name == "accuracy":
+            for k, estimate in figures.pass_at_k.items():
+                if k > 1:  # pass@1 is the accuracy
+                    table.add_row(f"pass@{k}", _interval(estimate))
+    table.add_row(
+        "J per solved task", mark_estimate(_interval(figures.joules_per_solved_task), run)
+    )
+    table.add_row("decode tokens/s (median)", format_value(figures.decode_tokens_per_s))
+    table.add_row(
+        "latency p50 / p95 (s)",
+        f"{format_value(figures.latency_p50_s)} / {format_value(figures.latency_p95_s)}",
+    )
+    return table
+
+
+def _tasks_table(run: RunRecord, tasks: list[TaskResultRecord]) -> Table:
+    table = Table(title="tasks")
+    for heading in ("task", "passed", "latency s", "TTFT s", "decode tok/s", "tokens in/out"):
+        table.add_column(heading, justify="left" if heading == "task" else "right", no_wrap=True)
+    table.add_column("J", justify="right")
+    table.add_column("net J", justify="right")
+    table.add_column("note")
+    for task in tasks:
+        failures = sorted({status for status in task.statuses if status != "passed"})
+        table.add_row(
+            task.task_id,
+            f"{task.passed}/{task.samples}",
+            format_value(task.latency_s),
+            format_value(task.ttft_s),
+            format_value(task.decode_tokens_per_s),
+            f"{task.prompt_tokens}/{task.completion_tokens}",
+            mark_estimate(format_value(task.energy_j), run),
+            mark_estimate(format_value(task.net_energy_j), run),
+            "; ".join(filter(None, [task.energy_null_reason, *failures]))[:60],
+        )
+    return table

@@ -1,0 +1,201 @@
+"""Drawing helpers the report's plots share: SVG output, fixed margins, one colour per host,
+whiskers, and the marks that set estimated energy apart (hollow markers, '(estimate)' labels).
+"""
+
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from matplotlib import rc_context
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, NullLocator
+
+from openjarvis.report.runs import (
+    Interval,
+    figure,
+    host_label,
+    is_cloud,
+    is_estimate,
+    model_label,
+)
+from openjarvis.store import RunRecord
+
+__all__ = [
+    "Plot",
+    "draw_svg",
+    "errorbars",
+    "host_colours",
+    "labels_width_in",
+    "legend_for_hosts",
+    "log_scale_if_wide",
+    "row_labels",
+    "rows_height_in",
+    "spans",
+    "whisker_rows",
+]
+
+SVG_SETTINGS = {
+    "svg.fonttype": "none",  # text stays text: smaller, searchable, no duplicated glyph ids
+    "svg.hashsalt": "openjarvis",  # stable element ids, so the same data gives the same file
+    "font.size": 9,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    name: str  # a stable id, e.g. "accuracy-vs-energy"
+    title: str
+    caption: str
+    svg: str
+
+
+def _svg(fig: Figure) -> str:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog and doctype: the SVG goes inline
+
+
+def draw_svg(
+    draw: Callable[[Figure], None], plot_width_in: float, height_in: float, left_in: float = 0.8
+) -> str:
+    """Render `draw` to SVG; the figure is the plot area plus `left_in` for the y labels.
+
+    Margins are fixed in inches: a layout engine (or bbox_inches="tight") measures every text
+    by drawing the figure an extra time, which doubled the report's time.
+    """
+    width_in = left_in + plot_width_in
+    with rc_context(SVG_SETTINGS):
+        fig = Figure(figsize=(width_in, height_in))
+        fig.subplots_adjust(
+            left=left_in / width_in,
+            right=1 - 0.2 / width_in,
+            bottom=0.55 / height_in,
+            top=1 - 0.35 / height_in,
+            wspace=0.06,
+            hspace=0.5,
+        )
+        draw(fig)
+        return _svg(fig)
+
+
+def labels_width_in(labels: Sequence[str]) -> float:
+    """Room for y tick labels: about 0.6 em a character at the report's 9 pt."""
+    return 0.3 + max((len(label) for label in labels), default=0) * 9 * 0.6 / 72
+
+
+def host_colours(runs: Sequence[RunRecord]) -> dict[str, str]:
+    """One colour per host, the same in every plot."""
+    labels = sorted({host_label(run) for run in runs})
+    palette = [f"C{i}" for i in range(10)]
+    return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+
+
+def spans(intervals: Sequence[Interval]) -> list[list[float]] | None:
+    """errorbar's [[below], [above]] distances; zero where an interval is unknown."""
+    if all(low is None or high is None for _, low, high in intervals):
+        return None
+    below = [v - low if v is not None and low is not None else 0.0 for v, low, _ in intervals]
+    above = [high - v if v is not None and high is not None else 0.0 for v, _, high in intervals]
+    return [below, above]
+
+
+def errorbars(
+    axes: Axes,
+    runs: Sequence[RunRecord],
+    x_of: Callable[[RunRecord], Interval],
+    y_of: Callable[[RunRecord], Interval],
+    colours: dict[str, str],
+    **style: Any,
+) -> None:
+    """Points with whiskers, one errorbar call per host and kind of energy.
+
+    One call per run made a 200-run report spend ~10 s in matplotlib. Hollow markers are
+    estimates, filled ones were measured; diamonds are cloud runs.
+    """
+    groups: dict[tuple[str, bool, bool], list[RunRecord]] = {}
+    for run in runs:
+        if x_of(run)[0] is not None and y_of(run)[0] is not None:
+            key = (host_label(run), is_estimate(run), is_cloud(run))
+            groups.setdefault(key, []).append(run)
+    for (host, estimated, cloud), members in groups.items():
+        xs, ys = [x_of(r) for r in members], [y_of(r) for r in members]
+        colour = colours[host]
+        axes.errorbar(
+            [x for x, _, _ in xs],
+            [y for y, _, _ in ys],
+            xerr=spans(xs),
+            yerr=spans(ys),
+            fmt="D" if cloud else "o",
+            linestyle="none",
+            color=colour,
+            markeredgecolor=colour,
+            markerfacecolor="none" if estimated else colour,
+            **style,
+        )
+
+
+def log_scale_if_wide(axes: Axes, values: Sequence[float], axis: str) -> None:
+    positive = [v for v in values if v and v > 0]
+    if not positive or max(positive) / min(positive) <= 20:
+        return
+    (axes.set_xscale if axis == "x" else axes.set_yscale)("log")
+    target = axes.xaxis if axis == "x" else axes.yaxis
+    # Plain tick labels: the default 10^n labels go through mathtext, which costs ~1 s a report.
+    target.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    # No minor ticks: on log axes they are most of the ticks, and ticks are most of the drawing.
+    target.set_minor_locator(NullLocator())
+
+
+def legend_for_hosts(axes: Axes, colours: dict[str, str], estimates: bool) -> None:
+    """Hosts by colour, then what the axes labelled themselves (frontiers)."""
+    handles = [
+        Line2D([], [], marker="o", color=colour, linestyle="none", label=host)
+        for host, colour in colours.items()
+    ]
+    if estimates:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                color="grey",
+                markerfacecolor="none",
+                linestyle="none",
+                label="hollow: energy estimated",
+            )
+        )
+    axes.legend(handles=handles + axes.get_legend_handles_labels()[0], fontsize=7, loc="best")
+
+
+def row_labels(runs: Sequence[RunRecord]) -> list[str]:
+    return [
+        f"{model_label(run)} · {host_label(run)} · {run.suite}"
+        + (" (estimate)" if is_estimate(run) else "")
+        for run in runs
+    ]
+
+
+def whisker_rows(axes: Axes, runs: Sequence[RunRecord], name: str, colours: dict[str, str]) -> None:
+    """One horizontal row per run: the figure's value with its 95 % interval as whiskers."""
+    rows = {run.id: float(row) for row, run in enumerate(runs)}
+    errorbars(
+        axes,
+        runs,
+        lambda run: figure(run, name),
+        lambda run: (rows[run.id], None, None),
+        colours,
+        capsize=3,
+        elinewidth=1,
+    )
+    axes.set_yticks(range(len(runs)), row_labels(runs))
+    axes.set_ylim(len(runs) - 0.5, -0.5)
+    axes.grid(axis="x", alpha=0.3)
+    log_scale_if_wide(axes, [figure(r, name)[0] or 0 for r in runs], "x")
+
+
+def rows_height_in(rows: int) -> float:
+    return max(2.0, 0.28 * rows + 1.2)

@@ -1,0 +1,182 @@
+"""Stored runs as plain rows and labels: the one place reports read a run's figures and provenance.
+
+A run's figures are the RunFigures dict `ipw measure` stored in `run.summary` (METRICS.md).
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from openjarvis.store import RunRecord
+
+__all__ = [
+    "FIGURE_COLUMNS",
+    "LOCAL_ENGINES",
+    "Interval",
+    "figure",
+    "format_interval",
+    "format_value",
+    "frontiers",
+    "host_label",
+    "is_cloud",
+    "is_estimate",
+    "mark_estimate",
+    "model_label",
+    "newest_per_group",
+    "pareto_frontier",
+    "run_row",
+    "run_to_dict",
+]
+
+LOCAL_ENGINES = ("llamacpp", "torch")
+
+# Figures with intervals that tables, CSV and JSON carry, in display order, with their headings.
+FIGURE_COLUMNS = {
+    "accuracy": "accuracy",
+    "mean_energy_j": "J per task",
+    "mean_net_energy_j": "net J per task",
+    "accuracy_per_joule": "accuracy per J",
+    "accuracy_per_joule_net": "accuracy per net J",
+    "accuracy_per_watt": "accuracy per W",
+    "joules_per_output_token": "J per output token",
+    "mean_power_w": "mean W",
+}
+
+Interval = tuple[float | None, float | None, float | None]  # value, low, high
+
+
+def is_cloud(run: RunRecord) -> bool:
+    """A run on a remote API, whose energy nobody here can read."""
+    return run.engine not in LOCAL_ENGINES
+
+
+def is_estimate(run: RunRecord) -> bool:
+    """Energy from a model rather than a counter; such figures are always labelled."""
+    return run.energy_method == "estimate"
+
+
+def host_label(run: RunRecord) -> str:
+    if is_cloud(run):
+        return f"cloud ({run.engine})"
+    return run.host.hostname if run.host is not None else "unknown host"
+
+
+def model_label(run: RunRecord) -> str:
+    quantisation = f" {run.model_quantisation}" if run.model_quantisation else ""
+    return f"{run.model_name}{quantisation}"
+
+
+def figure(run: RunRecord, name: str) -> Interval:
+    """A figure of the run's stored summary; all None when the run has none or it is undefined."""
+    summary = run.summary or {}
+    value = summary.get(name)
+    if isinstance(value, dict):
+        return value.get("value"), value.get("low"), value.get("high")
+    if isinstance(value, int | float):
+        return float(value), None, None
+    return None, None, None
+
+
+def mark_estimate(text: str, run: RunRecord) -> str:
+    """An energy figure as shown: an estimated run's carry ' est.', so none appears unmarked."""
+    return f"{text} est." if is_estimate(run) and text != "—" else text
+
+
+def format_value(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}g}"
+
+
+def format_interval(value: float | None, low: float | None, high: float | None) -> str:
+    """`value [low, high]`, or `—` for an unknown value; the one formatting of an estimate."""
+    if value is None:
+        return "—"
+    if low is None or high is None:
+        return format_value(value)
+    return f"{format_value(value)} [{format_value(low)}, {format_value(high)}]"
+
+
+def run_row(run: RunRecord) -> dict[str, Any]:
+    """One flat row per run for CSV and tables: provenance, then each figure with its interval."""
+    row: dict[str, Any] = {
+        "run_id": run.id,
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "state": run.state,
+        "model": run.model_name,
+        "quantisation": run.model_quantisation,
+        "engine": run.engine,
+        "host": host_label(run),
+        "host_fingerprint": run.host.fingerprint if run.host is not None else None,
+        "suite": run.suite,
+        "energy_scope": run.energy_scope,
+        "energy_method": run.energy_method,
+        "tasks": (run.summary or {}).get("tasks"),
+    }
+    for name in FIGURE_COLUMNS:
+        value, low, high = figure(run, name)
+        row[name] = value
+        row[f"{name}_low"] = low
+        row[f"{name}_high"] = high
+    row["decode_tokens_per_s"] = figure(run, "decode_tokens_per_s")[0]
+    row["latency_p50_s"] = figure(run, "latency_p50_s")[0]
+    return row
+
+
+def run_to_dict(run: RunRecord) -> dict[str, Any]:
+    """The whole record, JSON-ready (times as ISO 8601 strings, the host as a dict)."""
+    data = {field.name: getattr(run, field.name) for field in dataclasses.fields(run)}
+    for key in ("started_at", "finished_at"):
+        data[key] = data[key].isoformat() if isinstance(data[key], datetime) else None
+    if run.host is not None:
+        data["host"] = {
+            field.name: getattr(run.host, field.name) for field in dataclasses.fields(run.host)
+        }
+    return data
+
+
+def newest_per_group(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """The newest run with figures of each (model, host, suite), for per-configuration plots."""
+    chosen: dict[tuple[str, str, str], RunRecord] = {}
+    for run in runs:
+        if run.summary is None:
+            continue
+        key = (model_label(run), host_label(run), run.suite)
+        current = chosen.get(key)
+        if current is None or _start_s(run) > _start_s(current):
+            chosen[key] = run
+    return sorted(chosen.values(), key=lambda run: (host_label(run), model_label(run), run.suite))
+
+
+def _start_s(run: RunRecord) -> float:
+    return run.started_at.timestamp() if run.started_at is not None else 0.0
+
+
+def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both less energy (x) and more accuracy (y).
+
+    Returned in order of increasing x. Equal points are kept once (the first).
+    """
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1], i))
+    frontier: list[int] = []
+    for index in order:
+        if not frontier or points[index][1] > points[frontier[-1]][1]:
+            frontier.append(index)
+    return frontier
+
+
+def frontiers(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    """Pareto frontiers of accuracy versus mean J per task, one per energy scope and method class.
+
+    Measured and estimated energy, or two scopes, are never ranked against each other.
+    """
+    groups: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        if None in (figure(run, "accuracy")[0], figure(run, "mean_energy_j")[0]):
+            continue
+        kind = "estimated" if is_estimate(run) else "measured"
+        groups.setdefault(f"{run.energy_scope} scope, {kind}", []).append(run)
+    result = {}
+    for key, members in sorted(groups.items()):
+        points = [(figure(r, "mean_energy_j")[0], figure(r, "accuracy")[0]) for r in members]
+        result[key] = [members[i] for i in pareto_frontier(points)]  # type: ignore[arg-type]
+    return result

@@ -1,0 +1,222 @@
+"""Cloud engines over httpx: OpenAI-compatible servers (OpenAI, vLLM, llama-server, Ollama's /v1,
+LM Studio, `jarvis serve`) and Anthropic's messages API, streamed, with cost and energy estimate.
+"""
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from openjarvis.errors import UserError
+from openjarvis.runtime.cloud_http import CloudHttp, ServerEvent
+from openjarvis.runtime.cloud_tables import cost_usd, estimate_energy
+from openjarvis.runtime.types import (
+    ChatRequest,
+    Completion,
+    GenerationRequest,
+    Request,
+    StreamChunk,
+    final_completion,
+)
+
+__all__ = ["CloudEngine", "CloudSettings", "Provider"]
+
+Provider = Literal["openai", "anthropic"]
+_DEFAULTS: dict[Provider, tuple[str, str]] = {  # base URL, environment variable of the key
+    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "anthropic": ("https://api.anthropic.com/v1", "ANTHROPIC_API_KEY"),
+}
+_ANTHROPIC_VERSION = "2023-06-01"
+_ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}
+
+
+@dataclass(frozen=True, slots=True)
+class CloudSettings:
+    provider: Provider
+    model: str
+    base_url: str | None = None  # None: the provider's public API
+    api_key_env: str | None = None  # None: OPENAI_API_KEY or ANTHROPIC_API_KEY
+    timeout_s: float = 120.0
+    max_retries: int = 4
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What a stream's events said besides text: token usage and why it ended."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str = "stop"
+
+
+class CloudEngine:
+    """A model behind an HTTP API. The API key is read from the environment, held in the
+    client's headers only, and never put in settings, messages or logs."""
+
+    def __init__(self, settings: CloudSettings) -> None:
+        if settings.provider not in _DEFAULTS:
+            raise UserError(
+                f"unknown cloud provider {settings.provider!r}; use openai or anthropic"
+            )
+        default_url, default_env = _DEFAULTS[settings.provider]
+        self.settings = settings
+        self._key_env = settings.api_key_env or default_env
+        key = os.environ.get(self._key_env) or None
+        headers = {"accept": "text/event-stream"}
+        if settings.provider == "anthropic":
+            headers["anthropic-version"] = _ANTHROPIC_VERSION
+            if key:
+                headers["x-api-key"] = key
+        elif key:
+            headers["authorization"] = f"Bearer {key}"
+        self._http = CloudHttp(
+            settings.base_url or default_url,
+            headers,
+            secret=key,
+            key_hint=f"set {self._key_env} or pass --api-key-env NAME",
+            timeout_s=settings.timeout_s,
+            max_retries=settings.max_retries,
+        )
+
+    @property
+    def kind(self) -> str:
+        return self.settings.provider
+
+    @property
+    def model_name(self) -> str:
+        return self.settings.model
+
+    def settings_dict(self) -> dict[str, object]:
+        return {
+            "base_url": self._http.base_url,
+            "api_key_env": self._key_env,  # the variable's name, never its value
+            "timeout_s": self.settings.timeout_s,
+            "max_retries": self.settings.max_retries,
+        }
+
+    def generate(self, request: Request) -> Completion:
+        return final_completion(self.stream(request))
+
+    def stream(self, request: Request) -> Iterator[StreamChunk]:
+        start_s = time.monotonic()
+        path, body = self._body(request)
+        outcome = _Outcome()
+        text: list[str] = []
+        arrivals_s: list[float] = []
+        read = _openai_event if self.settings.provider == "openai" else _anthropic_event
+        with self._http.events(path, body) as events:
+            for event in events:
+                piece = read(event, outcome)
+                if piece:
+                    now_s = time.monotonic()
+                    arrivals_s.append(now_s)
+                    text.append(piece)
+                    yield StreamChunk(piece, now_s)
+        completion = self._completion("".join(text), outcome, arrivals_s, start_s)
+        yield StreamChunk("", time.monotonic(), completion)
+
+    def _completion(
+        self, text: str, outcome: _Outcome, arrivals_s: list[float], start_s: float
+    ) -> Completion:
+        if outcome.prompt_tokens is None or outcome.completion_tokens is None:
+            raise UserError(
+                f"{self._http.base_url} sent no token usage with its stream; energy and cost "
+                "need it: use a server that honours stream_options.include_usage"
+            )
+        end_s = time.monotonic()
+        model = self.settings.model
+        prompt, generated = outcome.prompt_tokens, outcome.completion_tokens
+        return Completion(
+            text=text,
+            prompt_tokens=prompt,
+            completion_tokens=generated,
+            finish_reason=outcome.finish_reason,
+            wall_s=end_s - start_s,
+            ttft_s=arrivals_s[0] - start_s if arrivals_s else None,
+            # Servers batch several tokens into one event, so the decode time spans the events
+            # while the rate divides by the tokens the server counted.
+            decode_s=arrivals_s[-1] - arrivals_s[0] if arrivals_s else None,
+            cost_usd=cost_usd(model, prompt, generated),
+            energy_estimate=estimate_energy(model, prompt, generated),
+        )
+
+    def _body(self, request: Request) -> tuple[str, dict[str, object]]:
+        common: dict[str, object] = {
+            "model": self.settings.model,
+            "temperature": request.temperature,
+            "stream": True,
+        }
+        if request.max_tokens is not None:
+            common["max_tokens"] = request.max_tokens
+        elif self.settings.provider == "anthropic":
+            common["max_tokens"] = _ANTHROPIC_DEFAULT_MAX_TOKENS  # the API requires one
+        if request.stop:
+            common["stop_sequences" if self.settings.provider == "anthropic" else "stop"] = list(
+                request.stop
+            )
+        if self.settings.provider == "anthropic":
+            return "/messages", {**common, **_anthropic_messages(request)}
+        common["stream_options"] = {"include_usage": True}
+        if request.seed is not None:
+            common["seed"] = request.seed
+        if request.json_schema is not None:
+            common["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": request.json_schema, "strict": True},
+            }
+        if isinstance(request, GenerationRequest):
+            return "/completions", {**common, "prompt": request.prompt}
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        return "/chat/completions", {**common, "messages": messages}
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _openai_event(event: ServerEvent, outcome: _Outcome) -> str:
+    usage = event.data.get("usage")
+    if isinstance(usage, dict):
+        outcome.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        outcome.completion_tokens = int(usage.get("completion_tokens") or 0)
+    piece = ""
+    for choice in event.data.get("choices") or []:  # type: ignore[union-attr]
+        delta = choice.get("delta")
+        piece += (delta.get("content") or "") if isinstance(delta, dict) else choice.get("text", "")
+        if choice.get("finish_reason"):
+            outcome.finish_reason = str(choice["finish_reason"])
+    return piece
+
+
+def _anthropic_event(event: ServerEvent, outcome: _Outcome) -> str:
+    data = event.data
+    if event.name == "error" or data.get("type") == "error":
+        message = data.get("error", {}).get("message", data)  # type: ignore[union-attr]
+        raise UserError(f"Anthropic stopped the stream: {str(message)[:200]}")
+    if data.get("type") == "message_start":
+        usage = data["message"].get("usage", {})  # type: ignore[union-attr,index]
+        outcome.prompt_tokens = int(usage.get("input_tokens", 0))
+        outcome.completion_tokens = int(usage.get("output_tokens", 0))
+    elif data.get("type") == "message_delta":
+        outcome.completion_tokens = int(data.get("usage", {}).get("output_tokens", 0))  # type: ignore[union-attr]
+        reason = data.get("delta", {}).get("stop_reason")  # type: ignore[union-attr]
+        outcome.finish_reason = _FINISH.get(str(reason), str(reason))
+    elif data.get("type") == "content_block_delta":
+        delta = data.get("delta", {})
+        return str(delta.get("text", "")) if isinstance(delta, dict) else ""
+    return ""
+
+
+def _anthropic_messages(request: Request) -> dict[str, object]:
+    if isinstance(request, GenerationRequest):
+        raise UserError(
+            "Anthropic's API has chat messages only, not plain completions; use an "
+            "OpenAI-compatible engine (--engine openai) for completion suites"
+        )
+    if request.json_schema is not None:
+        raise UserError("JSON-schema output is not available on the Anthropic engine; drop it")
+    assert isinstance(request, ChatRequest)
+    system = "\n\n".join(m.content for m in request.messages if m.role == "system")
+    turns = [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"]
+    return {"messages": turns, **({"system": system} if system else {})}

@@ -1,0 +1,66 @@
+"""Choosing and opening an engine from the command line's words: llamacpp, openai or anthropic.
+
+`ipw measure` and `jarvis serve` both come through here, so both accept the same engines.
+"""
+
+from dataclasses import dataclass
+
+from openjarvis.errors import UserError
+from openjarvis.runtime.models import ModelFile, resolve_model
+from openjarvis.runtime.types import Engine
+
+__all__ = ["ENGINE_KINDS", "EngineSpec", "open_engine", "resolve_engine_model"]
+
+ENGINE_KINDS = ("llamacpp", "openai", "anthropic")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    kind: str = "llamacpp"
+    model: str | None = None  # llamacpp: GGUF path or catalog name (None: embedded); cloud: name
+    base_url: str | None = None  # cloud only; None: the provider's public API
+    api_key_env: str | None = None  # cloud only; None: OPENAI_API_KEY / ANTHROPIC_API_KEY
+    n_ctx: int = 4096
+    threads: int | None = None
+    n_gpu_layers: int = 0
+    reuse_prompt_cache: bool = True
+    timeout_s: float = 120.0  # cloud: longest wait for the next byte
+
+
+def resolve_engine_model(spec: EngineSpec) -> ModelFile | None:
+    """Check the spec before anything is opened: the GGUF for llamacpp, None for cloud."""
+    if spec.kind not in ENGINE_KINDS:
+        raise UserError(f"unknown engine {spec.kind!r}; use one of {', '.join(ENGINE_KINDS)}")
+    if spec.kind == "llamacpp":
+        if spec.base_url or spec.api_key_env:
+            raise UserError("--base-url and --api-key-env are for cloud engines; drop them")
+        return resolve_model(spec.model)
+    if not spec.model:
+        raise UserError(f"--engine {spec.kind} needs --model NAME (the server's model name)")
+    return None
+
+
+def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
+    """Load the model (llamacpp) or set up the client (cloud); the engine is the caller's."""
+    if spec.kind == "llamacpp":
+        from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
+
+        assert model is not None, "resolve_engine_model returns the GGUF for llamacpp"
+        settings = LlamaCppSettings(
+            n_ctx=spec.n_ctx,
+            n_threads=spec.threads,
+            n_gpu_layers=spec.n_gpu_layers,
+            reuse_prompt_cache=spec.reuse_prompt_cache,
+        )
+        return LlamaCppEngine(model.path, settings, name=model.name)
+    from openjarvis.runtime.cloud import CloudEngine, CloudSettings
+
+    return CloudEngine(
+        CloudSettings(
+            spec.kind,  # type: ignore[arg-type]  # checked in resolve_engine_model
+            spec.model or "",
+            base_url=spec.base_url,
+            api_key_env=spec.api_key_env,
+            timeout_s=spec.timeout_s,
+        )
+    )

@@ -1,0 +1,158 @@
+"""A small reader of a GGUF file's header: its key-value metadata and its tensors' shapes.
+
+Enough for the catalog (quantisation, parameter count) and the roofline (layers, KV heads);
+long arrays such as the tokenizer's vocabulary are skipped, not loaded.
+"""
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from openjarvis.errors import UserError
+
+__all__ = ["GgufHeader", "quantisation_name", "read_gguf_header"]
+
+_MAGIC = b"GGUF"
+_MAX_ARRAY_KEPT = 64  # longer arrays (vocabularies, merges) are skipped: only their length is kept
+# Fixed-size value types of the format: type id -> struct code.
+_SCALARS = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
+_STRING, _ARRAY = 8, 9
+
+# llama.cpp's `general.file_type` values (enum llama_ftype) and their conventional names.
+_FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
+    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S",
+    29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE",
+}  # fmt: skip
+
+MetadataValue = int | float | bool | str | list[object] | None
+
+
+@dataclass(frozen=True, slots=True)
+class GgufHeader:
+    version: int
+    metadata: dict[str, MetadataValue]  # long arrays are None; see array_lengths
+    array_lengths: dict[str, int]
+    tensor_shapes: dict[str, tuple[int, ...]]
+
+    @property
+    def architecture(self) -> str | None:
+        value = self.metadata.get("general.architecture")
+        return value if isinstance(value, str) else None
+
+    def arch_value(self, key: str) -> MetadataValue:
+        """An architecture-specific key, e.g. arch_value("block_count") for llama.block_count."""
+        return self.metadata.get(f"{self.architecture}.{key}")
+
+    @property
+    def parameter_count(self) -> int:
+        count = 0
+        for shape in self.tensor_shapes.values():
+            size = 1
+            for dimension in shape:
+                size *= dimension
+            count += size
+        return count
+
+    @property
+    def quantisation(self) -> str | None:
+        file_type = self.metadata.get("general.file_type")
+        return quantisation_name(file_type) if isinstance(file_type, int) else None
+
+
+def quantisation_name(file_type: int) -> str | None:
+    return _FILE_TYPES.get(file_type)
+
+
+class _Reader:
+    def __init__(self, handle: BinaryIO, file_bytes: int) -> None:
+        self._handle = handle
+        self._file_bytes = file_bytes
+
+    def take(self, size: int) -> bytes:
+        if size > self._file_bytes:  # a damaged length would otherwise ask for exabytes
+            raise ValueError(f"a length of {size} bytes runs past the end of the file")
+        data = self._handle.read(size)
+        if len(data) != size:
+            raise EOFError("the file ends inside its header")
+        return data
+
+    def unpack(self, code: str) -> int | float | bool:
+        return struct.unpack("<" + code, self.take(struct.calcsize(code)))[0]
+
+    def string(self) -> str:
+        size = int(self.unpack("Q"))
+        return self.take(size).decode("utf-8", errors="replace")
+
+    def skip_string(self) -> None:
+        self._handle.seek(int(self.unpack("Q")), 1)
+
+    def value(self, kind: int) -> MetadataValue:
+        if kind in _SCALARS:
+            return self.unpack(_SCALARS[kind])
+        if kind == _STRING:
+            return self.string()
+        raise ValueError(f"unknown GGUF value type {kind}")
+
+
+def _read_array(reader: _Reader) -> tuple[list[object] | None, int]:
+    kind, length = int(reader.unpack("I")), int(reader.unpack("Q"))
+    if length <= _MAX_ARRAY_KEPT:
+        return [reader.value(kind) for _ in range(length)], length
+    if kind in _SCALARS:
+        reader._handle.seek(struct.calcsize(_SCALARS[kind]) * length, 1)
+    elif kind == _STRING:
+        for _ in range(length):
+            reader.skip_string()
+    else:
+        raise ValueError(f"cannot skip a long GGUF array of type {kind}")
+    return None, length
+
+
+def read_gguf_header(path: Path) -> GgufHeader:
+    """Parse the header of a GGUF (version 2 or 3) file; a broken header is a UserError."""
+    try:
+        with path.open("rb") as raw:
+            reader = _Reader(raw, path.stat().st_size)
+            if reader.take(4) != _MAGIC:
+                raise ValueError("it does not start with 'GGUF'")
+            version = int(reader.unpack("I"))
+            if version not in (2, 3):
+                raise ValueError(f"GGUF version {version} is not supported (2 or 3 are)")
+            tensor_count, kv_count = int(reader.unpack("Q")), int(reader.unpack("Q"))
+            metadata: dict[str, MetadataValue] = {}
+            array_lengths: dict[str, int] = {}
+            for _ in range(kv_count):
+                key, kind = reader.string(), int(reader.unpack("I"))
+                if kind == _ARRAY:
+                    metadata[key], array_lengths[key] = _read_array(reader)
+                else:
+                    metadata[key] = reader.value(kind)
+            shapes: dict[str, tuple[int, ...]] = {}
+            for _ in range(tensor_count):
+                name = reader.string()
+                dimensions = int(reader.unpack("I"))
+                shapes[name] = tuple(int(reader.unpack("Q")) for _ in range(dimensions))
+                reader.take(12)  # tensor type (u32) and data offset (u64)
+    except OSError as error:
+        raise UserError(f"cannot read model file {path}: {error.strerror}") from error
+    except (EOFError, ValueError, UnicodeDecodeError, struct.error) as error:
+        raise UserError(
+            f"the GGUF header of {path} is damaged ({error}); re-download the model file"
+        ) from error
+    return GgufHeader(version, metadata, array_lengths, shapes)

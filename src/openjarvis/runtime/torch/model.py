@@ -1,0 +1,416 @@
+"""One decoder-only transformer for the Llama, Qwen 2/3 and Gemma 3 families, gpt-fast style.
+
+A config dataclass with named presets, then the modules from the outside in; shapes in comments.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "PRESETS",
+    "Attention",
+    "FeedForward",
+    "KVCache",
+    "ModelConfig",
+    "RMSNorm",
+    "Transformer",
+    "TransformerBlock",
+    "config_for",
+]
+
+Activation = Literal["silu", "gelu_tanh"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Everything that shapes the network. Family quirks are plain fields, off by default."""
+
+    name: str
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    norm_eps: float = 1e-5
+    rope_base: float = 10_000.0
+    # Llama 3.1-style frequency scaling or Gemma 3's linear position scaling (global layers).
+    rope_scaling: dict[str, float | str] | None = None
+    activation: Activation = "silu"
+    qkv_bias: bool = False  # Qwen 2
+    qk_norm: bool = False  # Qwen 3, Gemma 3: RMSNorm over each head's q and k
+    tie_embeddings: bool = False
+    max_seq_len: int = 4096
+    # Gemma: norms scale by (1 + w), embeddings by sqrt(dim), and each block has sandwich norms.
+    norm_weight_offset: float = 0.0
+    scale_embeddings: bool = False
+    sandwich_norms: bool = False
+    query_scale: float | None = None  # None: head_dim ** -0.5
+    attn_logit_softcap: float | None = None  # Gemma 2
+    final_logit_softcap: float | None = None  # Gemma 2
+    # Sliding-window attention: the window in tokens (a query sees itself and window-1 before it).
+    sliding_window: int | None = None
+    # Every `global_every`-th layer attends globally, the others use the window (Gemma 3: 6).
+    # 0 with a window set: every layer slides (Mistral).
+    global_every: int = 0
+    rope_local_base: float | None = None  # Gemma 3's sliding layers use their own RoPE base
+    extra: dict[str, object] = field(default_factory=dict)  # loader notes (e.g. eos ids)
+
+    def __post_init__(self) -> None:
+        assert self.n_heads % self.n_kv_heads == 0, "query heads must be a multiple of KV heads"
+        assert self.global_every >= 0
+        assert self.sliding_window is None or self.sliding_window > 0
+
+    def is_sliding(self, layer: int) -> bool:
+        if self.sliding_window is None:
+            return False
+        return self.global_every == 0 or (layer + 1) % self.global_every != 0
+
+    @property
+    def parameter_count(self) -> int:
+        attention = self.dim * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads)
+        mlp = 3 * self.dim * self.intermediate_size
+        embeddings = self.vocab_size * self.dim * (1 if self.tie_embeddings else 2)
+        return self.n_layers * (attention + mlp) + embeddings
+
+
+def _gemma3(name: str, **sizes: int) -> ModelConfig:
+    return ModelConfig(
+        name=name,
+        **sizes,  # type: ignore[arg-type]
+        norm_eps=1e-6,
+        rope_base=1_000_000.0,
+        rope_local_base=10_000.0,
+        activation="gelu_tanh",
+        qk_norm=True,
+        tie_embeddings=True,
+        norm_weight_offset=1.0,
+        scale_embeddings=True,
+        sandwich_norms=True,
+        query_scale=256**-0.5,  # query_pre_attn_scalar = 256
+        sliding_window=512,
+        global_every=6,
+        max_seq_len=32_768,
+    )
+
+
+PRESETS: dict[str, ModelConfig] = {
+    "llama-3-8b": ModelConfig(
+        "llama-3-8b", vocab_size=128_256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8,
+        head_dim=128, intermediate_size=14_336, rope_base=500_000.0, max_seq_len=8192,
+    ),
+    "llama-3-70b": ModelConfig(
+        "llama-3-70b", vocab_size=128_256, dim=8192, n_layers=80, n_heads=64, n_kv_heads=8,
+        head_dim=128, intermediate_size=28_672, rope_base=500_000.0, max_seq_len=8192,
+    ),
+    "qwen2.5-7b": ModelConfig(
+        "qwen2.5-7b", vocab_size=152_064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4,
+        head_dim=128, intermediate_size=18_944, norm_eps=1e-6, rope_base=1_000_000.0,
+        qkv_bias=True, max_seq_len=32_768,
+    ),
+    "qwen3-8b": ModelConfig(
+        "qwen3-8b", vocab_size=151_936, dim=4096, n_layers=36, n_heads=32, n_kv_heads=8,
+        head_dim=128, intermediate_size=12_288, norm_eps=1e-6, rope_base=1_000_000.0,
+        qk_norm=True, max_seq_len=40_960,
+    ),
+    "gemma-3-270m": _gemma3(
+        "gemma-3-270m", vocab_size=262_144, dim=640, n_layers=18, n_heads=4, n_kv_heads=1,
+        head_dim=256, intermediate_size=2048,
+    ),
+    # Tiny configs for tests: small enough for CPU, with every family quirk switched on.
+    "tiny-llama": ModelConfig(
+        "tiny-llama", vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+        intermediate_size=96, max_seq_len=128,
+    ),
+    "tiny-qwen3": ModelConfig(
+        "tiny-qwen3", vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+        intermediate_size=96, norm_eps=1e-6, rope_base=1_000_000.0, qk_norm=True,
+        tie_embeddings=True, max_seq_len=128,
+    ),
+    "tiny-gemma3": replace(
+        _gemma3(
+            "tiny-gemma3", vocab_size=256, dim=64, n_layers=3, n_heads=4, n_kv_heads=2,
+            head_dim=16, intermediate_size=96,
+        ),
+        sliding_window=4, global_every=3, query_scale=16**-0.5, max_seq_len=128,
+    ),
+    # Head counts divisible by 2, 3 and 4, so that one config tests several TP world sizes.
+    "tiny-tp": ModelConfig(
+        "tiny-tp", vocab_size=240, dim=96, n_layers=2, n_heads=24, n_kv_heads=12, head_dim=8,
+        intermediate_size=192, qkv_bias=True, qk_norm=True, max_seq_len=64,
+    ),
+}  # fmt: skip
+
+
+def config_for(name: str) -> ModelConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}") from None
+
+
+class Transformer(nn.Module):
+    """tokens [B, T] at positions input_pos [T] -> logits [B, T, vocab] (or [B, 1, vocab])."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList(TransformerBlock(config, i) for i in range(config.n_layers))
+        self.norm = RMSNorm(config.dim, config.norm_eps, config.norm_weight_offset)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        # Tensor parallelism shards the output head by vocabulary and sets this to an all-gather.
+        self.gather_logits: Callable[[Tensor], Tensor] = _unchanged
+        self.max_batch_size = 0
+        self.init_buffers()
+
+    def init_buffers(self) -> None:
+        """(Re)compute the RoPE tables and key positions, in float32 on the model's device:
+        after building on the meta device, and after any dtype change."""
+        config = self.config
+        device = self.tok_embeddings.weight.device
+        local_base = config.rope_local_base or config.rope_base
+        tables = {
+            "rope": _rope_table(config, config.rope_base, config.rope_scaling),
+            # Gemma 3 scales positions on global layers only; its local layers use plain RoPE.
+            "rope_local": _rope_table(config, local_base, None),
+        }
+        for prefix, (cos, sin) in tables.items():  # [S, head_dim / 2] each
+            self.register_buffer(f"{prefix}_cos", cos.to(device), persistent=False)
+            self.register_buffer(f"{prefix}_sin", sin.to(device), persistent=False)
+        positions = torch.arange(config.max_seq_len, device=device)  # [S]
+        self.register_buffer("key_positions", positions, persistent=False)
+
+    def setup_caches(self, max_batch_size: int, dtype: torch.dtype) -> None:
+        """Allocate the KV caches ([B, kv_heads, max_seq_len, head_dim] per layer)."""
+        self.max_batch_size = max_batch_size
+        device = self.tok_embeddings.weight.device
+        for layer in self.layers:
+            attention = layer.attention
+            attention.kv_cache = KVCache(
+                max_batch_size,
+                attention.n_kv_heads,
+                self.config.max_seq_len,
+                self.config.head_dim,
+                dtype,
+                device,
+            )
+
+    def forward(self, tokens: Tensor, input_pos: Tensor, last_only: bool = False) -> Tensor:
+        config = self.config
+        assert tokens.dim() == 2 and input_pos.dim() == 1 and tokens.size(1) == input_pos.size(0)
+        assert self.max_batch_size >= tokens.size(0), "call setup_caches() first"
+        x = self.tok_embeddings(tokens)  # [B, T, dim]
+        if config.scale_embeddings:
+            # Gemma rounds the scale to the activations' dtype before multiplying.
+            x = x * torch.tensor(config.dim**0.5, dtype=x.dtype)
+        # Key j is visible to the query at position p when j <= p (and p - j < window).
+        query_positions = input_pos[:, None]  # [T, 1]
+        causal = self.key_positions[None, :] <= query_positions  # [T, S]
+        sliding = causal
+        if config.sliding_window is not None:
+            distance = query_positions - self.key_positions[None, :]
+            sliding = causal & (distance < config.sliding_window)
+        rope_global = (self.rope_cos[input_pos], self.rope_sin[input_pos])  # [T, head_dim / 2]
+        rope_local = (self.rope_local_cos[input_pos], self.rope_local_sin[input_pos])
+        for i, layer in enumerate(self.layers):
+            is_sliding = config.is_sliding(i)
+            mask = sliding if is_sliding else causal
+            rope = rope_local if is_sliding else rope_global
+            x = layer(x, input_pos, rope, mask)
+        if last_only:
+            x = x[:, -1:]
+        logits = self.gather_logits(self.output(self.norm(x)))  # [B, T, vocab]
+        if config.final_logit_softcap is not None:
+            cap = config.final_logit_softcap
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.attention = Attention(config)
+        self.feed_forward = FeedForward(config)
+        offset = config.norm_weight_offset
+        self.attention_norm = RMSNorm(config.dim, config.norm_eps, offset)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps, offset)
+        # Gemma normalises each sub-layer's output too, before the residual add.
+        self.post_attention_norm: nn.Module = nn.Identity()
+        self.post_ffn_norm: nn.Module = nn.Identity()
+        if config.sandwich_norms:
+            self.post_attention_norm = RMSNorm(config.dim, config.norm_eps, offset)
+            self.post_ffn_norm = RMSNorm(config.dim, config.norm_eps, offset)
+
+    def forward(
+        self, x: Tensor, input_pos: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor
+    ) -> Tensor:
+        h = x + self.post_attention_norm(
+            self.attention(self.attention_norm(x), input_pos, rope, mask)
+        )
+        return h + self.post_ffn_norm(self.feed_forward(self.ffn_norm(h)))
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        # Head counts are per process: tensor parallelism divides them (parallel.py).
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.n_kv_heads
+        self.head_dim = config.head_dim
+        self.wq = nn.Linear(config.dim, config.n_heads * config.head_dim, bias=config.qkv_bias)
+        self.wk = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=config.qkv_bias)
+        self.wv = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=config.qkv_bias)
+        self.wo = nn.Linear(config.n_heads * config.head_dim, config.dim, bias=False)
+        self.q_norm: nn.Module = nn.Identity()
+        self.k_norm: nn.Module = nn.Identity()
+        if config.qk_norm:
+            offset = config.norm_weight_offset
+            self.q_norm = RMSNorm(config.head_dim, config.norm_eps, offset)
+            self.k_norm = RMSNorm(config.head_dim, config.norm_eps, offset)
+        self.scale = config.query_scale or config.head_dim**-0.5
+        self.kv_cache: KVCache | None = None
+        self.all_reduce: Callable[[Tensor], Tensor] = _unchanged  # set by tensor parallelism
+
+    def forward(
+        self, x: Tensor, input_pos: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor
+    ) -> Tensor:
+        assert self.kv_cache is not None, "call setup_caches() first"
+        batch, length, _ = x.shape  # [B, T, dim]
+        heads, kv_heads, head_dim = self.n_heads, self.n_kv_heads, self.head_dim
+        q = self.wq(x).view(batch, length, heads, head_dim)
+        k = self.wk(x).view(batch, length, kv_heads, head_dim)
+        v = self.wv(x).view(batch, length, kv_heads, head_dim)
+        q, k = self.q_norm(q), self.k_norm(k)
+        q, k = _apply_rope(q, rope), _apply_rope(k, rope)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, head_dim]
+        k, v = self.kv_cache.update(input_pos, k, v)  # [B, kv_heads, S, head_dim]
+        # Grouped-query attention without copying K and V: the queries that share a KV head
+        # are stacked along the length axis, and the mask is tiled to match.
+        group = heads // kv_heads
+        q = q.reshape(batch, kv_heads, group * length, head_dim)
+        group_mask = mask.repeat(group, 1)  # [group * T, S]
+        if self.config.attn_logit_softcap is None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=group_mask, scale=self.scale)
+        else:
+            cap = self.config.attn_logit_softcap
+            scores = (q @ k.transpose(-1, -2)) * self.scale  # [B, kv_heads, group * T, S]
+            scores = torch.tanh(scores / cap) * cap
+            scores = scores.masked_fill(~group_mask, float("-inf"))
+            y = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+        y = y.reshape(batch, heads, length, head_dim).transpose(1, 2)  # [B, T, heads, head_dim]
+        return self.all_reduce(self.wo(y.reshape(batch, length, heads * head_dim)))
+
+
+class FeedForward(nn.Module):
+    """Gated MLP: w2(act(w1 x) * w3 x); SwiGLU (silu) or GeGLU (tanh-approximated gelu)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(config.dim, config.intermediate_size, bias=False)  # gate
+        self.w3 = nn.Linear(config.dim, config.intermediate_size, bias=False)  # up
+        self.w2 = nn.Linear(config.intermediate_size, config.dim, bias=False)  # down
+        self.activation = config.activation
+        self.all_reduce: Callable[[Tensor], Tensor] = _unchanged  # set by tensor parallelism
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate = self.w1(x)  # [B, T, intermediate]
+        gate = F.silu(gate) if self.activation == "silu" else F.gelu(gate, approximate="tanh")
+        return self.all_reduce(self.w2(gate * self.w3(x)))
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * (offset + w), computed in float32; Gemma stores w - 1 (offset 1)."""
+
+    def __init__(self, dim: int, eps: float, weight_offset: float = 0.0) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight_offset = weight_offset
+        self.weight = nn.Parameter(torch.ones(dim) if weight_offset == 0.0 else torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * (self.weight_offset + self.weight.float())).to(x.dtype)
+
+
+class KVCache(nn.Module):
+    """Static per-layer cache: one slot per position up to max_seq_len, written in place."""
+
+    def __init__(
+        self,
+        max_batch_size: int,
+        n_kv_heads: int,
+        max_seq_len: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        super().__init__()
+        shape = (max_batch_size, n_kv_heads, max_seq_len, head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device))
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device))
+
+    def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        # input_pos: [T]; k, v: [B, kv_heads, T, head_dim]. Returns the caches [B, kv, S, hd].
+        batch = k.size(0)
+        k_cache, v_cache = self.k_cache[:batch], self.v_cache[:batch]
+        k_cache.index_copy_(2, input_pos, k.to(k_cache.dtype))
+        v_cache.index_copy_(2, input_pos, v.to(v_cache.dtype))
+        return k_cache, v_cache
+
+
+def _rope_table(
+    config: ModelConfig, base: float, scaling: dict[str, float | str] | None
+) -> tuple[Tensor, Tensor]:
+    """cos and sin of position x frequency: [max_seq_len, head_dim / 2], float32."""
+    half = config.head_dim // 2
+    inv_freq = 1.0 / (base ** (torch.arange(half, dtype=torch.float64) * 2 / config.head_dim))
+    positions = torch.arange(config.max_seq_len, dtype=torch.float64)
+    kind = (scaling or {}).get("rope_type", "default")
+    if kind == "linear":
+        positions = positions / float(scaling["factor"])  # type: ignore[index]
+    elif kind == "llama3":
+        inv_freq = _llama3_frequencies(inv_freq, scaling)  # type: ignore[arg-type]
+    elif kind != "default":
+        raise ValueError(f"RoPE scaling {kind!r} is not supported (default, linear, llama3 are)")
+    angles = torch.outer(positions, inv_freq)
+    return angles.cos().float(), angles.sin().float()
+
+
+def _llama3_frequencies(inv_freq: Tensor, scaling: dict[str, float | str]) -> Tensor:
+    """Llama 3.1's long-context frequencies: long wavelengths slowed by `factor`, short ones
+    kept, and a smooth blend between the two bands."""
+    factor = float(scaling["factor"])
+    low = float(scaling["low_freq_factor"])
+    high = float(scaling["high_freq_factor"])
+    original = float(scaling["original_max_position_embeddings"])
+    wavelength = 2 * math.pi / inv_freq
+    blend = (original / wavelength - low) / (high - low)
+    blended = (1 - blend) * inv_freq / factor + blend * inv_freq
+    slowed = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    in_band = (wavelength <= original / low) & (wavelength >= original / high)
+    return torch.where(in_band, blended, slowed)
+
+
+def _apply_rope(x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+    """Rotate the two halves of each head (the Hugging Face layout). x: [B, T, heads, hd]."""
+    cos, sin = (t[None, :, None, :] for t in rope)  # [1, T, 1, hd / 2]
+    first, second = x.float().chunk(2, dim=-1)
+    rotated = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+    return rotated.to(x.dtype)
+
+
+def _unchanged(x: Tensor) -> Tensor:
+    return x

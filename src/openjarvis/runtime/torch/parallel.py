@@ -1,0 +1,109 @@
+"""Tensor parallelism as a pass over a plain model: heads and MLP columns split over N processes,
+one all-reduce after attention-out and one after MLP-down, the output head split by vocabulary.
+"""
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from openjarvis.errors import UserError
+from openjarvis.runtime.torch.model import Transformer
+from torch import Tensor, nn
+
+__all__ = ["Cut", "all_gather_last_dim", "check_divisible", "tensor_parallel"]
+
+# How a full checkpoint tensor becomes this process's piece of it: cut(name, full) -> shard.
+Cut = Callable[[str, Tensor], Tensor]
+Reduce = Callable[[Tensor], Tensor]
+
+# Column-parallel (output features split): q, k, v, gate, up. Row-parallel (input features
+# split, partial sums all-reduced): attention-out, down.
+_COLUMN = (
+    "attention.wq.",
+    "attention.wk.",
+    "attention.wv.",
+    "feed_forward.w1.",
+    "feed_forward.w3.",
+)
+_ROW = ("attention.wo.weight", "feed_forward.w2.weight")
+
+
+def check_divisible(model_config: object, world_size: int) -> None:
+    """Raise a UserError naming the first size that does not split into world_size parts."""
+    sizes = {
+        "attention heads": model_config.n_heads,  # type: ignore[attr-defined]
+        "KV heads": model_config.n_kv_heads,  # type: ignore[attr-defined]
+        "MLP width": model_config.intermediate_size,  # type: ignore[attr-defined]
+    }
+    for what, size in sizes.items():
+        if size % world_size:
+            raise UserError(
+                f"{what} ({size}) do not divide over {world_size} processes; "
+                f"choose a --tp that divides {size}"
+            )
+
+
+def tensor_parallel(
+    rank: int, world_size: int, all_reduce: Reduce, all_gather: Reduce
+) -> Callable[[Transformer], Cut]:
+    """The pass, for loading.build_model(shard=...): it reshapes a model built on the meta
+    device and returns how to cut full tensors. World size 1 changes nothing."""
+
+    def apply(model: Transformer) -> Cut:
+        if world_size == 1:
+            return lambda name, full: full
+        config = model.config
+        check_divisible(config, world_size)
+        for layer in model.layers:
+            attention, mlp = layer.attention, layer.feed_forward
+            attention.n_heads //= world_size
+            attention.n_kv_heads //= world_size
+            for name in ("wq", "wk", "wv", "w1", "w3"):
+                module = attention if hasattr(attention, name) else mlp
+                setattr(module, name, _resized(getattr(module, name), out_parts=world_size))
+            attention.wo = _resized(attention.wo, in_parts=world_size)
+            mlp.w2 = _resized(mlp.w2, in_parts=world_size)
+            attention.all_reduce = all_reduce
+            mlp.all_reduce = all_reduce
+        # The output head is the largest single matrix a decode step reads: split it by
+        # vocabulary (untying it from the embedding, which stays whole) and gather the logits.
+        split_vocab = config.vocab_size % world_size == 0
+        if split_vocab:
+            model.output = _resized(model.output, out_parts=world_size)
+            model.gather_logits = all_gather
+
+        def cut(name: str, full: Tensor) -> Tensor:
+            if name.startswith("layers.") and any(part in name for part in _COLUMN):
+                return full.chunk(world_size, dim=0)[rank]
+            if name.startswith("layers.") and name.endswith(_ROW):
+                return full.chunk(world_size, dim=1)[rank]
+            if name == "output.weight" and split_vocab:
+                return full.chunk(world_size, dim=0)[rank]
+            return full
+
+        return cut
+
+    return apply
+
+
+def _resized(linear: nn.Linear, out_parts: int = 1, in_parts: int = 1) -> nn.Linear:
+    """A fresh (meta) Linear with its output or input features divided."""
+    return nn.Linear(
+        linear.in_features // in_parts,
+        linear.out_features // out_parts,
+        bias=linear.bias is not None,
+        device=linear.weight.device,
+        dtype=linear.weight.dtype,
+    )
+
+
+def all_gather_last_dim(group: dist.ProcessGroup | None = None) -> Reduce:
+    """Concatenate every process's x along its last axis (the vocabulary split of the logits)."""
+    world_size = dist.get_world_size(group)
+
+    def gather(x: Tensor) -> Tensor:
+        pieces = [torch.empty_like(x) for _ in range(world_size)]
+        dist.all_gather(pieces, x.contiguous(), group=group)
+        return torch.cat(pieces, dim=-1)
+
+    return gather

@@ -1,0 +1,103 @@
+"""Copying runs from one results database into another, for `ipw db merge` and `ipw db export`.
+
+Idempotent: hosts match by fingerprint, models by (name, sha256), runs by id, so merging the
+same database twice leaves one copy of each run.
+"""
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.orm import Session
+
+from openjarvis.store.models import PowerTraceChunk, Run, TaskResult
+from openjarvis.store.store import Store, _host_id, _model_id
+
+__all__ = ["MergeCounts", "merge_into"]
+
+TRACE_CHUNKS_PER_BATCH = 64  # chunks per read and insert: about 16 MiB at a time
+
+
+@dataclass(frozen=True, slots=True)
+class MergeCounts:
+    added: int  # runs the target did not have
+    replaced: int  # runs the target had in an earlier state (fewer tasks, or not complete)
+    unchanged: int  # runs the target already had as far along
+
+
+def merge_into(target: Store, source: Store) -> MergeCounts:
+    """Copy every run of `source` (tasks, energy, power trace) into `target`, one run a commit.
+
+    A run already in the target is replaced only when the source's copy got further (complete
+    where the target's was not, or more saved tasks), so a merge never loses work.
+    """
+    if target.url == source.url:
+        raise ValueError(f"cannot merge {source.url} into itself")
+    added = replaced = unchanged = 0
+    # Stores share this package, so the merge uses their sessions directly (store-internal SQL).
+    with source._session() as reading:
+        run_ids = list(reading.scalars(select(Run.id).order_by(Run.started_at, Run.id)))
+    for run_id in run_ids:
+        with source._session() as reading, target._session() as writing:
+            incoming = _progress(reading, run_id)
+            present = _progress(writing, run_id)
+            if present is not None and present >= incoming:  # type: ignore[operator]
+                unchanged += 1
+                continue
+            if present is not None:
+                # Tasks, energy readings and samples go with the run (ON DELETE CASCADE).
+                writing.execute(delete(Run).where(Run.id == run_id))
+                replaced += 1
+            else:
+                added += 1
+            _copy_run(reading, writing, run_id)
+    return MergeCounts(added, replaced, unchanged)
+
+
+def _progress(session: Session, run_id: str) -> tuple[bool, int] | None:
+    """How far a run got, comparable across copies; None when the database lacks it."""
+    state = session.scalar(select(Run.state).where(Run.id == run_id))
+    if state is None:
+        return None
+    tasks = session.scalar(select(func.count()).where(TaskResult.run_id == run_id)) or 0
+    return state == "complete", tasks
+
+
+def _copy_run(reading: Session, writing: Session, run_id: str) -> None:
+    run = reading.get_one(Run, run_id)
+    record = run.to_record()
+    writing.add(
+        Run(
+            id=run.id,
+            host_id=_host_id(writing, record.host) if record.host is not None else None,
+            model_id=_model_id(writing, record),
+            engine=run.engine,
+            engine_settings=run.engine_settings,
+            suite=run.suite,
+            options=run.options,
+            state=run.state,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            tool_version=run.tool_version,
+            energy_scope=run.energy_scope,
+            energy_method=run.energy_method,
+            sandbox_isolation=run.sandbox_isolation,
+            idle_power_w=run.idle_power_w,
+            summary=run.summary,
+        )
+    )
+    writing.flush()  # the run row must exist before its tasks reference it
+    tasks = reading.scalars(
+        select(TaskResult).where(TaskResult.run_id == run_id).order_by(TaskResult.id)
+    )
+    writing.add_all(TaskResult.from_record(run_id, task.to_record()) for task in tasks)
+    writing.flush()
+    # Trace chunks are copied packed, as they are; a chunk at a time keeps memory bounded.
+    columns = [c for c in PowerTraceChunk.__table__.columns if c.name != "id"]
+    chunks = reading.execute(
+        select(*columns)
+        .where(PowerTraceChunk.run_id == run_id)
+        .order_by(PowerTraceChunk.id)
+        .execution_options(yield_per=TRACE_CHUNKS_PER_BATCH)
+    )
+    for batch in chunks.partitions():
+        writing.execute(insert(PowerTraceChunk), [row._asdict() for row in batch])

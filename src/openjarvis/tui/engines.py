@@ -1,0 +1,58 @@
+"""Which model the assistant talks to: the embedded default, a local GGUF, or a cloud model.
+
+`/model SPEC` and `jarvis --model SPEC` both come through `open_model`, which opens engines the
+way `ipw measure` and `jarvis serve` do (runtime.engines).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from openjarvis.errors import UserError
+from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
+from openjarvis.runtime.llamacpp import LlamaCppEngine
+from openjarvis.runtime.types import Engine
+
+__all__ = ["CLOUD_PROVIDERS", "LoadedModel", "ModelOpener", "engine_spec", "open_model"]
+
+CLOUD_PROVIDERS = ("openai", "anthropic")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    engine: Engine
+    context_tokens: int | None  # None when the engine does not say (the status bar shows "?")
+    spec: str | None  # what reopens it; None is the embedded default
+
+    @property
+    def name(self) -> str:
+        return self.engine.model_name
+
+    @property
+    def is_cloud(self) -> bool:
+        return self.engine.kind in CLOUD_PROVIDERS
+
+
+ModelOpener = Callable[[str | None], LoadedModel]
+
+
+def engine_spec(spec: str | None) -> EngineSpec:
+    """`default` or nothing: the embedded model; `PATH.gguf` or a cached name: that GGUF;
+    `openai:MODEL` or `anthropic:MODEL`, optionally `@BASE_URL` (any OpenAI-compatible server)."""
+    if spec is None or spec == "default":
+        return EngineSpec()
+    provider, colon, rest = spec.partition(":")
+    if colon and provider in CLOUD_PROVIDERS:
+        model, at, base_url = rest.partition("@")
+        if not model:
+            raise UserError(f"{spec!r} names no model; write {provider}:MODEL[@BASE_URL]")
+        return EngineSpec(kind=provider, model=model, base_url=base_url if at else None)
+    return EngineSpec(model=spec)
+
+
+def open_model(spec: str | None) -> LoadedModel:
+    """Load the model `spec` names (see `engine_spec`). Slow (seconds): call it from a worker."""
+    engine_settings = engine_spec(spec)
+    engine = open_engine(engine_settings, resolve_engine_model(engine_settings))
+    # A local engine knows its context; cloud APIs do not report theirs (runtime could add it).
+    context_tokens = engine.n_ctx if isinstance(engine, LlamaCppEngine) else None
+    return LoadedModel(engine, context_tokens, spec)

@@ -1,0 +1,60 @@
+"""The parts of openjarvis.kernels that run anywhere: launcher checks, the size table's
+decision, and the collective fallback on the CPU (the GPU kernel itself runs in
+benchmarks/kernels_all_reduce.py on the GPU machine)."""
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+from openjarvis.kernels import AllReduce, SizeTable, check_message  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def test_check_message_accepts_a_plain_contiguous_message() -> None:
+    check_message(torch.zeros(4096, dtype=torch.bfloat16), CPU, torch.bfloat16, 8192)
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        (torch.zeros(16, dtype=torch.float32), "built for torch.bfloat16"),
+        (torch.zeros(8, 4, dtype=torch.bfloat16).t(), "must be contiguous"),
+        (torch.zeros(8192, dtype=torch.bfloat16), "exceeds the buffer"),
+        (torch.zeros(4097, dtype=torch.bfloat16)[1:], "16-byte boundary"),
+    ],
+)
+def test_check_message_refuses_what_the_kernel_cannot_take(
+    message: "torch.Tensor", error: str
+) -> None:
+    with pytest.raises(ValueError, match=error):
+        check_message(message, CPU, torch.bfloat16, 8192)
+
+
+def test_check_message_refuses_another_device() -> None:
+    with pytest.raises(ValueError, match="is on cpu"):
+        check_message(torch.zeros(8), torch.device("meta"), torch.float32, 64)
+
+
+def test_size_table_uses_the_peer_kernel_only_up_to_its_first_loss() -> None:
+    table = SizeTable((4096, 8192, 16384, 32768), (10.0, 10.0, 10.0, 10.0), (8.0, 9.0, 11.0, 9.0))
+    assert table.peer_max_bytes == 8192
+    never = SizeTable((4096,), (10.0,), (12.0,))
+    assert never.peer_max_bytes == 0
+
+
+def test_all_reduce_on_the_cpu_is_the_collective(tmp_path: Path) -> None:
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        reduce = AllReduce(dist.group.WORLD, CPU, torch.float32, choice="auto")
+        x = torch.arange(6, dtype=torch.float32)
+        assert torch.equal(reduce(x.clone()), x)
+        assert reduce.peer is None
+        assert reduce.table_summary()["why_not_peer"] == "not on a GPU"
+    finally:
+        dist.destroy_process_group()

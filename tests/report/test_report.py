@@ -1,0 +1,144 @@
+"""`ipw report` over a real SQLite store of synthetic runs: files, frontiers, labels, offline.
+
+The plots are checked for presence here; tests/report/test_report_browser.py renders them.
+"""
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from openjarvis.cli.ipw import app
+from openjarvis.errors import UserError
+from openjarvis.report.runs import frontiers, pareto_frontier
+from openjarvis.store import open_store
+from tests.synthetic import add_run, make_host
+
+__all__: list[str] = []
+
+H200 = make_host("h200-box", gpus=("NVIDIA H200 (GPU-aaaa)",))
+LAPTOP = make_host("laptop")
+
+
+def ipw(*args: str) -> tuple[int, str, BaseException | None]:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return result.exit_code, result.output, result.exception
+
+
+def test_pareto_frontier_keeps_only_undominated_points() -> None:
+    points = [(100.0, 0.5), (50.0, 0.3), (200.0, 0.4), (300.0, 0.9), (50.0, 0.2), (120.0, 0.5)]
+    # (200, 0.4) is beaten by (100, 0.5); (50, 0.2) by (50, 0.3); (120, 0.5) ties (100, 0.5) on
+    # accuracy with more energy.
+    assert pareto_frontier(points) == [1, 0, 3]
+    assert pareto_frontier([]) == []
+    assert pareto_frontier([(1.0, 0.0)]) == [0]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "ipw.db")
+
+
+@pytest.fixture
+def two_machines(db: str) -> dict[str, str]:
+    """Three models on the H200 box (measured), two on the laptop (estimated), one interrupted."""
+    with open_store(db) as store:
+        return {
+            "small": add_run(store, H200, "small", accuracy=0.3, joules_per_task=50.0, seed=1),
+            "medium": add_run(
+                store,
+                H200,
+                "medium",
+                accuracy=0.6,
+                joules_per_task=150.0,
+                seed=2,
+                trace_samples=5000,
+            ),
+            "wasteful": add_run(store, H200, "wasteful", accuracy=0.2, joules_per_task=400.0),
+            "laptop": add_run(
+                store, LAPTOP, "small", accuracy=0.3, joules_per_task=120.0, method="estimate"
+            ),
+            "interrupted": add_run(store, LAPTOP, "medium", tasks=3, state="interrupted"),
+        }
+
+
+def test_frontiers_never_rank_estimates_against_measurements(db: str, two_machines) -> None:
+    with open_store(db) as store:
+        runs = store.list_runs()
+    by_group = {group: [r.id for r in members] for group, members in frontiers(runs).items()}
+    assert by_group == {
+        "system scope, estimated": [two_machines["laptop"]],
+        "system scope, measured": [two_machines["small"], two_machines["medium"]],
+    }
+
+
+def test_report_writes_html_markdown_csv_and_json(db: str, two_machines, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    code, _, error = ipw("report", "--db", db, "--out", str(out))
+    assert code == 0, error
+    html = (out / "report.html").read_text()
+    plots = re.findall(r'<figure class="plot" data-plot="([a-z-]+)"><svg', html)
+    assert plots == ["accuracy-vs-energy", "accuracy-per-joule", "tokens", "power-traces"]
+    # Offline: a policy that forbids every load, and nothing that would need one.
+    assert "default-src 'none'" in html
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
+    assert "<script" not in html
+    assert "(estimate)" in html and "est.</td>" in html
+
+    document = json.loads((out / "report.json").read_text())
+    assert {run["id"] for run in document["runs"]} == set(two_machines.values())
+    assert document["pareto_frontiers"]["system scope, measured"] == [
+        two_machines["small"],
+        two_machines["medium"],
+    ]
+    with (out / "runs.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 5
+    interrupted = next(row for row in rows if row["run_id"] == two_machines["interrupted"])
+    assert interrupted["accuracy"] == "" and interrupted["state"] == "interrupted"
+    markdown = (out / "report.md").read_text()
+    assert "1 run(s) have no figures" in markdown
+    laptop_row = next(
+        line for line in markdown.splitlines() if line.startswith(f"| {two_machines['laptop'][:8]}")
+    )
+    # Every energy figure of the estimated run is marked: all but accuracy of the 8 figures.
+    assert laptop_row.count("est.") == 7
+
+
+def test_local_versus_cloud_panel_only_with_cloud_runs(db: str, tmp_path: Path) -> None:
+    with open_store(db) as store:
+        add_run(store, H200, "small", tasks=10)
+    assert ipw("report", "--db", db, "--out", str(tmp_path / "a"))[0] == 0
+    assert 'data-plot="local-vs-cloud"' not in (tmp_path / "a" / "report.html").read_text()
+    with open_store(db) as store:
+        add_run(store, None, "gpt-4o", engine="cloud", method="estimate", tasks=10)
+    assert ipw("report", "--db", db, "--out", str(tmp_path / "b"))[0] == 0
+    html = (tmp_path / "b" / "report.html").read_text()
+    assert 'data-plot="local-vs-cloud"' in html
+    assert "Constants of the cloud estimates" in html and "joules_per_token" in html
+
+
+def test_report_traces_and_errors(db: str, two_machines, tmp_path: Path) -> None:
+    code, _, error = ipw(
+        "report", "--db", db, "--out", str(tmp_path / "r"), "--trace", two_machines["small"]
+    )
+    assert isinstance(error, UserError) and "no power trace" in str(error)
+    code, _, error = ipw("report", "--db", db, "--out", str(tmp_path / "r"), "--model", "nope")
+    assert isinstance(error, UserError) and "no finished runs match" in str(error)
+    code, _, error = ipw(
+        "report",
+        "--db",
+        db,
+        "--out",
+        str(tmp_path / "r"),
+        "--trace",
+        two_machines["medium"][:8],
+        "--host",
+        "h200-box",
+    )
+    assert code == 0, error
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert two_machines["medium"][:8] in html and "laptop" not in html

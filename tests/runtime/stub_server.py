@@ -1,0 +1,71 @@
+"""A scripted HTTP server on 127.0.0.1 for the cloud engine's tests: the network edge.
+
+Each request takes the next scripted reply (status, headers, SSE events or a JSON body) and is
+recorded with its headers and JSON body, so tests can check what the engine sent.
+"""
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+__all__ = ["Reply", "StubServer", "sse", "stub_server"]
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def sse(*events: dict[str, object], names: tuple[str, ...] = (), done: bool = True) -> Reply:
+    """A 200 reply streaming `events` as server-sent events (with `event:` names if given)."""
+    lines = []
+    for index, event in enumerate(events):
+        if names:
+            lines.append(f"event: {names[index]}")
+        lines += [f"data: {json.dumps(event)}", ""]
+    if done:
+        lines += ["data: [DONE]", ""]
+    return Reply(200, "\n".join(lines).encode() + b"\n", {"content-type": "text/event-stream"})
+
+
+@dataclass
+class StubServer:
+    url: str
+    replies: list[Reply]
+    requests: list[tuple[str, dict[str, str], dict[str, object]]] = field(default_factory=list)
+
+
+@contextmanager
+def stub_server(replies: list[Reply]) -> Iterator[StubServer]:
+    stub = StubServer("", list(replies))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            stub.requests.append((self.path, dict(self.headers.items()), body))
+            reply = stub.replies.pop(0)
+            self.send_response(reply.status)
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(reply.body)))
+            self.end_headers()
+            self.wfile.write(reply.body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # keep test output clean
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    stub.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield stub
+    finally:
+        server.shutdown()
+        server.server_close()

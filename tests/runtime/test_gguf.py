@@ -1,0 +1,64 @@
+"""The GGUF header reader on files written here and on the real embedded model."""
+
+from pathlib import Path
+
+import pytest
+
+from openjarvis.errors import UserError
+from openjarvis.runtime.gguf import read_gguf_header
+from openjarvis.runtime.models import resolve_model
+from tests.runtime.gguf_files import write_gguf
+
+LLAMA_METADATA: dict[str, object] = {
+    "general.architecture": "llama",
+    "general.name": "tiny",
+    "general.file_type": 7,
+    "llama.block_count": 2,
+    "llama.attention.head_count": 4,
+    "llama.attention.head_count_kv": 2,
+    "llama.embedding_length": 64,
+    "llama.rope.freq_base": 10000.0,
+    "tokenizer.ggml.add_bos_token": True,
+    "general.tags": ["a", "b"],
+    "tokenizer.ggml.tokens": [f"t{i}" for i in range(1000)],
+    "tokenizer.ggml.token_type": list(range(1000)),
+}
+
+
+def test_reads_keys_skips_long_arrays_and_counts_parameters(tmp_path: Path) -> None:
+    path = write_gguf(
+        tmp_path / "tiny.gguf", LLAMA_METADATA, {"embed": (64, 1000), "norm": (64,)}, 128
+    )
+    header = read_gguf_header(path)
+    assert header.version == 3
+    assert header.architecture == "llama"
+    assert header.arch_value("block_count") == 2
+    assert header.metadata["tokenizer.ggml.add_bos_token"] is True
+    assert header.metadata["llama.rope.freq_base"] == pytest.approx(10000.0)
+    assert header.metadata["general.tags"] == ["a", "b"]
+    assert header.metadata["tokenizer.ggml.tokens"] is None
+    assert header.array_lengths["tokenizer.ggml.tokens"] == 1000
+    assert header.array_lengths["tokenizer.ggml.token_type"] == 1000
+    assert header.tensor_shapes["embed"] == (64, 1000)
+    assert header.parameter_count == 64 * 1000 + 64
+    assert header.quantisation == "Q8_0"
+
+
+def test_unknown_file_type_has_no_quantisation_name(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "odd.gguf", {"general.file_type": 999})
+    assert read_gguf_header(path).quantisation is None
+
+
+def test_truncated_header_is_a_user_error(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "cut.gguf", LLAMA_METADATA, {"embed": (64, 1000)})
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(UserError, match=r"header of .* is damaged.*re-download"):
+        read_gguf_header(path)
+
+
+def test_embedded_model_header() -> None:
+    header = read_gguf_header(resolve_model(None).path)
+    assert header.architecture == "gemma3"
+    assert header.quantisation == "Q4_K_M"
+    assert 260_000_000 < header.parameter_count < 280_000_000  # "270M"
+    assert header.arch_value("block_count") == 18

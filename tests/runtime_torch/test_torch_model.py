@@ -1,0 +1,110 @@
+"""model.py against transformers' own implementation of the same config and the same random
+weights, loaded through our safetensors loader; tolerances are for float32 on CPU."""
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from openjarvis.runtime.torch.loading import build_model, load_hf  # noqa: E402
+from openjarvis.runtime.torch.model import ModelConfig, config_for  # noqa: E402
+
+# float32 on both sides, but different operation orders (SDPA vs eager softmax, fused RoPE):
+# differences stay near 1e-5 of the logits' scale; 1e-4 leaves room for other CPUs.
+RELATIVE_TOLERANCE = 1e-4
+
+
+def _hf_model(config: ModelConfig) -> "transformers.PreTrainedModel":
+    common = {
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.dim,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.n_layers,
+        "num_attention_heads": config.n_heads,
+        "num_key_value_heads": config.n_kv_heads,
+        "head_dim": config.head_dim,
+        "rms_norm_eps": config.norm_eps,
+        "max_position_embeddings": config.max_seq_len,
+        "tie_word_embeddings": config.tie_embeddings,
+    }
+    if config.name == "tiny-llama":
+        hf_config = transformers.LlamaConfig(
+            **common, rope_parameters={"rope_type": "default", "rope_theta": config.rope_base}
+        )
+        model_class = transformers.LlamaForCausalLM
+    elif config.name == "tiny-qwen3":
+        hf_config = transformers.Qwen3Config(
+            **common, rope_parameters={"rope_type": "default", "rope_theta": config.rope_base}
+        )
+        model_class = transformers.Qwen3ForCausalLM
+    else:
+        assert config.query_scale is not None and config.sliding_window is not None
+        hf_config = transformers.Gemma3TextConfig(
+            **common,
+            query_pre_attn_scalar=round(config.query_scale**-2),
+            sliding_window=config.sliding_window,
+            layer_types=[
+                "sliding_attention" if config.is_sliding(i) else "full_attention"
+                for i in range(config.n_layers)
+            ],
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": config.rope_base},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            },
+        )
+        model_class = transformers.Gemma3ForCausalLM
+    hf_config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = model_class(hf_config).eval()
+    with torch.no_grad():  # trained-like norm weights, not the initial constants
+        for name, parameter in model.named_parameters():
+            if "norm" in name:
+                parameter.normal_(0.0, 0.2)
+                if config.norm_weight_offset == 0.0:
+                    parameter.add_(1.0)
+    return model
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
+def test_logits_match_transformers(name: str, tmp_path: Path) -> None:
+    config = config_for(name)
+    reference = _hf_model(config)
+    reference.save_pretrained(tmp_path)
+    loaded_config, state = load_hf(tmp_path, max_seq_len=config.max_seq_len)
+    assert loaded_config.is_sliding(0) == config.is_sliding(0)
+    assert loaded_config.global_every == config.global_every
+    model = build_model(loaded_config, state_dict=state)
+    model.setup_caches(max_batch_size=2, dtype=torch.float32)
+
+    tokens = torch.randint(
+        0, config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1)
+    )
+    with torch.no_grad():
+        expected = reference(tokens).logits  # [2, 12, vocab]
+        # Prefill 9 tokens, then decode 3 one at a time through the KV cache: the sliding
+        # window (4 in tiny-gemma3) is crossed on both paths.
+        prefill = model(tokens[:, :9], torch.arange(9))
+        steps = [model(tokens[:, i : i + 1], torch.tensor([i])) for i in range(9, 12)]
+    ours = torch.cat([prefill, *steps], dim=1)
+    error = (ours - expected).norm() / expected.norm()
+    assert error < RELATIVE_TOLERANCE, f"relative error {error:.2e}"
+    assert torch.equal(ours.argmax(-1), expected.argmax(-1))
+
+
+def test_last_only_returns_the_last_position() -> None:
+    config = config_for("tiny-llama")
+    model = build_model(config, seed=3)
+    model.setup_caches(1, torch.float32)
+    tokens = torch.randint(0, config.vocab_size, (1, 5))
+    with torch.no_grad():
+        full = model(tokens, torch.arange(5))
+        last = model(tokens, torch.arange(5), last_only=True)
+    assert last.shape == (1, 1, config.vocab_size)
+    assert torch.allclose(full[:, -1:], last, atol=1e-6)
+
+
+def test_heads_must_be_a_multiple_of_kv_heads() -> None:
+    with pytest.raises(AssertionError, match="multiple of KV heads"):
+        ModelConfig("bad", 16, 32, 1, n_heads=3, n_kv_heads=2, head_dim=8, intermediate_size=8)

@@ -1,0 +1,73 @@
+"""`ipw requests` reads back what `jarvis serve` logged: joules per request and in total."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from openjarvis.store import RequestLogRecord, log_request, open_store
+
+
+def _record(energy_j: float | None, tokens: int) -> RequestLogRecord:
+    return RequestLogRecord(
+        endpoint="/v1/chat/completions",
+        model_name="gemma",
+        engine="llamacpp",
+        stream=True,
+        prompt_tokens=10,
+        completion_tokens=tokens,
+        finish_reason="stop",
+        wall_s=1.0,
+        ttft_s=0.1,
+        decode_tokens_per_s=50.0,
+        energy_j=energy_j,
+        net_energy_j=None,
+        energy_method="estimate" if energy_j is not None else None,
+        energy_scope="system",
+        energy_null_reason=None if energy_j is not None else "permission",
+        energy_sources=[{"source": "estimate:cpu", "energy_j": energy_j}],
+    )
+
+
+def _ipw(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "140"}
+    return subprocess.run(
+        [sys.executable, "-m", "openjarvis", "requests", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_totals_and_rows(tmp_path: Path) -> None:
+    db = tmp_path / "ipw.db"
+    with open_store(str(db)) as store:
+        log_request(store, _record(2.0, 20))
+        log_request(store, _record(3.0, 30))
+    done = _ipw("--db", str(db), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["totals"]["energy_j"] == 5.0 and report["totals"]["completion_tokens"] == 50
+    assert [r["energy_j"] for r in report["requests"]] == [2.0, 3.0]
+    table = _ipw("--db", str(db))
+    assert "total: 2 requests, 50 tokens out, 5 J (estimate)" in table.stdout
+
+
+def test_unknown_energy_makes_the_total_unknown(tmp_path: Path) -> None:
+    db = tmp_path / "ipw.db"
+    with open_store(str(db)) as store:
+        log_request(store, _record(2.0, 20))
+        log_request(store, _record(None, 5))
+    report = json.loads(_ipw("--db", str(db), "--json").stdout)
+    assert report["totals"]["energy_j"] is None  # never a partial sum shown as the whole
+    assert report["totals"]["requests_without_energy"] == 1
+
+
+def test_bad_since_is_one_line() -> None:
+    done = _ipw("--since", "yesterday")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --since 'yesterday' is not a date; use e.g. 2026-11-30 or 2026-11-30T09:00"
+    ]
