@@ -16,6 +16,7 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as multiprocessing
+
 from openjarvis.errors import UserError
 from openjarvis.runtime.gguf import read_gguf_header
 from openjarvis.runtime.torch.loading import build_model, load_checkpoint

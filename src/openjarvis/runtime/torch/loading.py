@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
 import torch
+from torch import Tensor
+
 from openjarvis.errors import UserError
 from openjarvis.runtime.torch.model import ModelConfig, Transformer
-from torch import Tensor
 
 __all__ = [
     "build_model",

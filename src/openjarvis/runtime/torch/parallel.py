@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from torch import Tensor, nn
+
 from openjarvis.errors import UserError
 from openjarvis.runtime.torch.model import Transformer
-from torch import Tensor, nn
 
 __all__ = ["Cut", "all_gather_last_dim", "check_divisible", "tensor_parallel"]
 

@@ -1,0 +1,1 @@
+"""Evals: suites, the sandbox that runs model-written code, scoring, metrics and the runner."""
