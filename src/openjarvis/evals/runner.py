@@ -11,7 +11,7 @@ import numpy as np
 
 from openjarvis import __version__
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import RunFigures, TaskFigures, compute_figures
+from openjarvis.evals.metrics import RunFigures, compute_figures, task_figures
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.suites import load_suite
@@ -203,7 +203,7 @@ def _execute(
         store.finish_run(run_id, "failed", None)
         raise
     # Figures come from the stored results, so a resumed run counts every task exactly once.
-    figures = compute_figures([_task_figures(r) for r in store.task_results(run_id)])
+    figures = compute_figures([task_figures(r) for r in store.task_results(run_id)])
     mbu = [c.memory_bandwidth_utilisation for c in seen if c.memory_bandwidth_utilisation]
     mbu_median = float(np.median(mbu)) if mbu else None
     costs = [c.cost_usd for c in seen]
@@ -312,19 +312,6 @@ def _task_record(
         completions=tuple(c.text for c in completions),
         statuses=tuple(statuses),
         energy=energy,
-    )
-
-
-def _task_figures(record: TaskResultRecord) -> TaskFigures:
-    return TaskFigures(
-        samples=record.samples,
-        passed=record.passed,
-        latency_s=record.latency_s,
-        energy_j=record.energy_j,
-        net_energy_j=record.net_energy_j,
-        completion_tokens=record.completion_tokens,
-        ttft_s=record.ttft_s,
-        decode_tokens_per_s=record.decode_tokens_per_s,
     )
 
 
