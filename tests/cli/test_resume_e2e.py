@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from openjarvis.store import open_store
+from tests.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
 
@@ -26,6 +27,7 @@ def _start(db: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=default_sigint,
     )
 
 

@@ -13,6 +13,7 @@ import httpx
 import openai
 
 from openjarvis.store import open_store, request_logs
+from tests.signals import default_sigint
 
 JARVIS = [sys.executable, "-c", "from openjarvis.cli.jarvis import main; main()"]
 
@@ -27,7 +28,13 @@ def test_serve_answers_streams_logs_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     port, db = _free_port(), tmp_path / "ipw.db"
     env = {**os.environ, "OPENJARVIS_API_KEY": "k"}
     args = ["serve", "--port", str(port), "--idle-seconds", "0", "--db", str(db), "--n-ctx", "512"]
-    server = subprocess.Popen([*JARVIS, *args], env=env, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [*JARVIS, *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
     try:
         deadline_s = time.monotonic() + 120
         while time.monotonic() < deadline_s:
