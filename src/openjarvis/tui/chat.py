@@ -7,7 +7,7 @@ in thread workers that post messages (events.py) back to the UI.
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -228,13 +228,12 @@ class ChatApp(App[None]):
         self.refresh_status()
         return message
 
-    # The layers above ---------------------------------------------------------------------
+    # Defined by the layers above (replies.py, app.py); declared here for type checkers only.
+    if TYPE_CHECKING:
 
-    async def send(self) -> None:
-        raise NotImplementedError
+        async def send(self) -> None: ...
 
-    async def run_command(self, text: str) -> None:
-        raise NotImplementedError
+        async def run_command(self, text: str) -> None: ...
 
     def on_unmount(self) -> None:
         self._stop_reply.set()  # a streaming worker ends at its next token

@@ -3,6 +3,7 @@ chat with its energy window, and finish it with its joules, tokens and speed.
 """
 
 from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING
 
 from textual import on, work
 
@@ -182,10 +183,9 @@ class ReplyApp(ChatApp):
             parts.append("cut off at the reply's token limit")
         return " · ".join(parts)
 
-    # The layer above -----------------------------------------------------------------------
+    # Defined by the layer above (tooling.py); declared here for type checkers only.
+    if TYPE_CHECKING:
 
-    def split_reply(self, completion: Completion) -> tuple[str, ToolCall | None, str]:
-        raise NotImplementedError
+        def split_reply(self, completion: Completion) -> tuple[str, ToolCall | None, str]: ...
 
-    async def handle_tool(self, call: ToolCall) -> None:
-        raise NotImplementedError
+        async def handle_tool(self, call: ToolCall) -> None: ...
