@@ -330,7 +330,7 @@ def _estimated_window(window: WindowEnergy, completion: Completion) -> WindowEne
         return window
     source = SourceEnergy(
         source=estimate.source,
-        domain="cloud",  # type: ignore[arg-type]  # not a local domain; the store keeps text
+        domain="cloud",
         method="estimate",
         energy_j=estimate.energy_j,
         net_energy_j=None,

@@ -21,8 +21,9 @@ __all__ = [
 
 # How a figure was obtained, strongest first (METRICS.md, "Energy provenance").
 Method = Literal["counter", "integrated", "estimate"]
-# What a source covers: a GPU, a CPU package, DRAM, the whole platform (RAPL psys).
-Domain = Literal["gpu", "cpu", "dram", "platform"]
+# What a source covers: a GPU, a CPU package, DRAM, the whole platform (RAPL psys), or a
+# remote data centre (a cloud model's per-token estimate; no local meter reads it).
+Domain = Literal["gpu", "cpu", "dram", "platform", "cloud"]
 # A run's energy scope: GPUs only, or GPUs + CPU packages + DRAM.
 Scope = Literal["accelerator", "system"]
 
