@@ -6,18 +6,13 @@ Run with every GPU visible, NVLink multicast off:
  PYTHONPATH=src python3 benchmarks/kernels_all_reduce.py --out all_reduce.json`
 """
 
-import argparse
-import faulthandler
 import json
-import os
-import socket
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as multiprocessing
+from gpu_ranks import join_group, run_on_every_gpu
 
 __all__ = ["main"]
 
@@ -29,14 +24,7 @@ GRAPH_CALLS = 20  # calls captured in one CUDA graph
 
 
 def _worker(rank: int, world_size: int, port: int, out: str) -> None:
-    faulthandler.dump_traceback_later(100, exit=True)  # a hung kernel ends the run, with stacks
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    torch.cuda.set_device(rank)
-    device = torch.device("cuda", rank)
-    dist.init_process_group(
-        "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-        device_id=device,
-    )  # fmt: skip
+    device = join_group(rank, world_size, port, timeout_s=100)  # a hung kernel ends the run
     group = dist.group.WORLD
     results: dict[str, object] = {"world_size": world_size, "errors": []}
     from openjarvis.kernels.all_reduce import graph_call_us, median_call_us
@@ -44,6 +32,7 @@ def _worker(rank: int, world_size: int, port: int, out: str) -> None:
 
     peer = PeerAllReduce(group, device, torch.bfloat16, max(SIZES_BYTES))
     results["checks"] = _checks(peer, group, device, rank)
+    results["graph_checks"] = _graph_checks(peer, group, device, rank)
     torch_ops = _torch_symmetric_ops(group, device, max(SIZES_BYTES), results)
 
     def nccl(x: torch.Tensor) -> torch.Tensor:
@@ -62,7 +51,7 @@ def _worker(rank: int, world_size: int, port: int, out: str) -> None:
             except Exception as error:  # a baseline that fails is reported, not fatal
                 row[f"{name}_us"] = None
                 results["errors"].append(f"{name} at {size}: {error!r}")  # type: ignore[union-attr]
-        for name in ("nccl", "ours"):
+        for name in methods:
             try:
                 row[f"{name}_graph_us"] = graph_call_us(methods[name], source, GRAPH_CALLS)
             except Exception as error:
@@ -107,6 +96,41 @@ def _checks(
     return rows
 
 
+def _graph_checks(
+    peer: Callable[[torch.Tensor], torch.Tensor], group: dist.ProcessGroup, device: torch.device,
+    rank: int, replays: int = 50,
+) -> dict[str, object]:  # fmt: skip
+    """Messages of three sizes (so that different numbers of programs take part) reduced in
+    turn inside one CUDA graph, replayed many times: every replay must give the exact sum that
+    the same kernel gives eagerly, on every rank (the per-program call counts and the buffer
+    halves must stay in step across replays)."""
+    sizes = (4096, 300_000, 2048)
+    sources = []
+    for index, numel in enumerate(sizes):
+        generator = torch.Generator(device=device).manual_seed(7 * index + rank)
+        sources.append(torch.randn(numel, device=device, generator=generator).to(torch.bfloat16))
+    expected = [peer(source.clone()) for source in sources]
+    work = [source.clone() for source in sources]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for target, source in zip(work, sources, strict=True):
+            target.copy_(source)
+            peer(target)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for target, source in zip(work, sources, strict=True):
+            target.copy_(source)
+            peer(target)
+    mismatches = 0
+    for _ in range(replays):
+        graph.replay()
+        mismatches += sum(not torch.equal(a, b) for a, b in zip(work, expected, strict=True))
+    torch.cuda.synchronize()
+    return {"replays": replays, "messages_per_replay": len(sizes), "mismatches": mismatches}
+
+
 def _torch_symmetric_ops(
     group: dist.ProcessGroup, device: torch.device, max_bytes: int, results: dict[str, object]
 ) -> dict[str, Callable[[int], Callable[[torch.Tensor], torch.Tensor]]]:
@@ -149,12 +173,14 @@ def _print(results: dict[str, object]) -> None:
     identical = all(c["ours_identical_on_all_ranks"] for c in checks)  # type: ignore[index]
     print(f"checks: {len(checks)}; worst relative error ours {worst:.2e}, NCCL {worst_nccl:.2e}")
     print(f"ours bit-identical on all ranks: {identical}")
+    print(f"graph replays with mixed sizes: {results.get('graph_checks')}")
     columns = ["nccl_us", "ours_us", "torch_one_shot_us", "torch_two_shot_us"]
-    columns += ["nccl_graph_us", "ours_graph_us"]
-    print("bytes      " + " ".join(f"{c:>18}" for c in columns) + "   nccl/ours  graph")
+    columns += ["nccl_graph_us", "ours_graph_us", "torch_one_shot_graph_us"]
+    columns += ["torch_two_shot_graph_us"]
+    print("bytes      " + " ".join(f"{c[:-3]:>14}" for c in columns) + "   nccl/ours  graph")
     for row in results.get("rows", []):  # type: ignore[union-attr]
         cells = [row.get(c) for c in columns]
-        text = " ".join(f"{v:18.1f}" if v is not None else f"{'—':>18}" for v in cells)
+        text = " ".join(f"{v:14.1f}" if v is not None else f"{'—':>14}" for v in cells)
         ratio = row["nccl_us"] / row["ours_us"] if row.get("ours_us") else float("nan")
         graph = (
             row["nccl_graph_us"] / row["ours_graph_us"]
@@ -167,21 +193,7 @@ def _print(results: dict[str, object]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=Path("all_reduce.json"))
-    args = parser.parse_args()
-    world_size = torch.cuda.device_count()
-    if world_size < 2:
-        raise SystemExit("needs at least 2 GPUs")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    try:
-        multiprocessing.spawn(_worker, args=(world_size, port, str(args.out)), nprocs=world_size)
-    except Exception:
-        traceback.print_exc()
-    if args.out.exists():
-        _print(json.loads(args.out.read_text()))
+    run_on_every_gpu(_worker, _print, __doc__ or "", "all_reduce.json")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Batch-1 decode of the torch engine, random weights of a preset shape: 1 GPU, N GPUs with
-NCCL, N GPUs with our all-reduce; tokens/s, GB/s, MBU, TTFT and joules per token (NVML).
+"""Batch-1 decode of the torch engine, random weights of a preset shape: 1 GPU without and
+with torch.compile, N GPUs with NCCL, N GPUs with our all-reduce; tokens/s, GB/s, MBU, TTFT and
+joules per token (NVML).
 
 `NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
  PYTHONPATH=src python3 benchmarks/torch_decode.py --preset llama-3-8b --out decode.json`
@@ -17,13 +18,20 @@ __all__ = ["main"]
 
 
 def run_one(
-    preset: str, tp: int, all_reduce: str, graphs: bool, device: str, tokens: int, prompt: int
+    preset: str,
+    tp: int,
+    all_reduce: str,
+    graphs: bool,
+    compiled: bool,
+    device: str,
+    tokens: int,
+    prompt: int,
 ) -> dict:
     import faulthandler
 
     import torch
 
-    faulthandler.dump_traceback_later(280, exit=True)  # a hung collective ends the child
+    faulthandler.dump_traceback_later(450, exit=True)  # a hung collective ends the child
 
     from openjarvis.power import Meter
     from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
@@ -31,8 +39,10 @@ def run_one(
     settings = TorchSettings(
         device=device,
         tp=tp,
-        all_reduce=all_reduce,
-        max_seq_len=prompt + tokens + 16,  # type: ignore[arg-type]
+        all_reduce=all_reduce,  # type: ignore[arg-type]
+        cuda_graphs=graphs,
+        compile=compiled,
+        max_seq_len=prompt + tokens + 16,
     )
     started = time.monotonic()
     engine = TorchEngine(preset, settings)
@@ -108,36 +118,42 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, default=Path("decode.json"))
-    parser.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # "tp:all_reduce:graphs", in a child
+    parser.add_argument("--timeout", type=int, default=480, help="seconds per configuration")
+    parser.add_argument(
+        "--configurations",
+        default="1:nccl:graphs:eager,1:nccl:graphs:compiled,{tp}:nccl:graphs:compiled,"
+        "{tp}:auto:graphs:compiled",
+        help="comma-separated tp:all_reduce:graphs|nograph:compiled|eager",
+    )
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # one configuration, in a child
     args = parser.parse_args()
     if args.one:
-        tp, all_reduce, graphs = args.one.split(":")
+        tp, all_reduce, graphs, compiled = args.one.split(":")
         run_one(
-            args.preset, int(tp), all_reduce, graphs == "graphs", args.device, args.tokens,
-            args.prompt,
+            args.preset, int(tp), all_reduce, graphs == "graphs", compiled == "compiled",
+            args.device, args.tokens, args.prompt,
         )  # fmt: skip
         return
-    graphs = "graphs" if args.device == "cuda" else "eager"
-    configurations = [f"1:nccl:{graphs}", f"{args.tp}:auto:{graphs}", f"{args.tp}:nccl:{graphs}"]
+    configurations = args.configurations.format(tp=args.tp).split(",")
     results = []
     for configuration in configurations:
         results.append(_run_child(args, configuration))
         args.out.write_text(json.dumps(results, indent=2))  # after each: a later stop loses less
-    print(f"{'config':<20}{'tok/s':>9}{'GB/s':>9}{'MBU':>7}{'TTFT ms':>9}{'J/tok':>8}{'vs 1':>7}")
+    print(f"{'config':<28}{'tok/s':>9}{'GB/s':>9}{'MBU':>7}{'TTFT ms':>9}{'J/tok':>8}{'vs 1':>7}")
     base = next((r["decode_tokens_per_s"] for r in results if "decode_tokens_per_s" in r), None)
     for r in results:
         if "error" in r:
-            print(f"{r['configuration']:<20} failed")
+            print(f"{r['configuration']:<28} failed")
             continue
-        graph = "graph" if r["settings"]["cuda_graph"] else "eager"
-        name = f"tp{r['tp']}:{r['all_reduce']}:{graph}"
+        graph = "graph" if r["settings"]["cuda_graph"] else "nograph"
+        compiled = "compiled" if r["settings"]["compile"] else "eager"
+        name = f"tp{r['tp']}:{r['all_reduce']}:{graph}:{compiled}"
         mbu = f"{r['mbu']:.2f}" if r["mbu"] else "—"
         joules = r.get("joules_per_token")
         joules_text = f"{joules:.3f}" if joules else "—"
         ratio = r["decode_tokens_per_s"] / base if base else float("nan")
         print(
-            f"{name:<20}{r['decode_tokens_per_s']:9.1f}{r['decode_gb_per_s']:9.0f}{mbu:>7}"
+            f"{name:<28}{r['decode_tokens_per_s']:9.1f}{r['decode_gb_per_s']:9.0f}{mbu:>7}"
             f"{r['ttft_s'] * 1e3:9.1f}{joules_text:>8}{ratio:6.2f}x"
         )
 

@@ -13,7 +13,7 @@ from openjarvis.store import open_store
 pytestmark = pytest.mark.e2e
 
 
-def _ipw(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_ipw(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "openjarvis", *args],
         capture_output=True,
@@ -32,7 +32,7 @@ def test_measure_two_tasks_stores_rows_and_prints_figures(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     db = tmp_path / "runs.db"
-    done = _ipw("measure", "--limit", "2", "--idle-seconds", "2", "--db", str(db), env=env)
+    done = run_ipw("measure", "--limit", "2", "--idle-seconds", "2", "--db", str(db), env=env)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for figure in (
@@ -68,7 +68,7 @@ def test_measure_two_tasks_stores_rows_and_prints_figures(
 
 def test_measure_json_prints_the_same_figures(tmp_path: Path, env: dict[str, str]) -> None:
     db = tmp_path / "runs.db"
-    done = _ipw(
+    done = run_ipw(
         "measure", "--limit", "1", "--idle-seconds", "1", "--db", str(db), "--json", env=env
     )
     assert done.returncode == 0, done.stderr
@@ -97,7 +97,7 @@ def test_bad_input_is_one_line_exit_2_and_no_rows(
     tmp_path: Path, env: dict[str, str], args: list[str], message: str
 ) -> None:
     db = tmp_path / "runs.db"
-    done = _ipw("measure", "--db", str(db), *args, env=env)
+    done = run_ipw("measure", "--db", str(db), *args, env=env)
     assert done.returncode == 2
     assert message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -108,7 +108,7 @@ def test_bad_input_is_one_line_exit_2_and_no_rows(
 def test_non_gguf_model_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
     fake = tmp_path / "model.gguf"
     fake.write_text("this is not a model")
-    done = _ipw("measure", "--model", str(fake), "--db", str(tmp_path / "x.db"), env=env)
+    done = run_ipw("measure", "--model", str(fake), "--db", str(tmp_path / "x.db"), env=env)
     assert done.returncode == 2
     assert "not a GGUF model file" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -117,7 +117,7 @@ def test_non_gguf_model_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
 def test_unwritable_database_path_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
     blocker = tmp_path / "file.txt"
     blocker.write_text("a file where a folder should be")
-    done = _ipw("measure", "--db", str(blocker / "ipw.db"), env=env)
+    done = run_ipw("measure", "--db", str(blocker / "ipw.db"), env=env)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -119,25 +119,42 @@ def test_accelerator_scope_without_gpus_is_none_no_device(
 
 
 @pytest.mark.parametrize(
-    ("seconds", "energy_j", "reason", "low_resolution"),
-    [(0.05, None, "window-too-short", True), (0.5, 50.0, None, True), (2.0, 200.0, None, False)],
+    ("seconds", "duration_s", "energy_j", "low_resolution"),
+    [(0.05, 0.1, 10.0, True), (0.5, 0.5, 50.0, True), (2.0, 2.0, 200.0, False)],
 )
-def test_short_windows_are_flagged_or_none(
+def test_short_windows_are_held_open_for_one_refresh_and_flagged(
     monkeypatch: pytest.MonkeyPatch,
     clock: FakeClock,
     seconds: float,
-    energy_j: float | None,
-    reason: str | None,
+    duration_s: float,
+    energy_j: float,
     low_resolution: bool,
 ) -> None:
     fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID_A)])
     follow_power(clock, fake, {0: 100.0})
-    meter = Meter.discover("accelerator", sysfs_root="/nonexistent", clock=clock)
+    meter = Meter.discover("accelerator", sysfs_root="/nonexistent", clock=clock, sleep=clock.sleep)
+    assert meter.resolution_s == pytest.approx(0.1)
     with meter.window("task") as window:
         clock.advance(seconds)
     result = window.result
-    assert result.energy_j == (pytest.approx(energy_j) if energy_j is not None else None)
-    assert (result.null_reason, result.low_resolution) == (reason, low_resolution)
+    assert result.duration_s == pytest.approx(duration_s)
+    assert result.energy_j == pytest.approx(energy_j)
+    assert (result.null_reason, result.low_resolution) == (None, low_resolution)
+
+
+def test_a_window_whose_counter_did_not_refresh_is_none(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """Should the wait fall short (a sleep cut short), the stale counter is still not read as
+    a number: too short is null with its reason."""
+    fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID_A)])
+    follow_power(clock, fake, {0: 100.0})
+    meter = Meter.discover(
+        "accelerator", sysfs_root="/nonexistent", clock=clock, sleep=lambda seconds: None
+    )
+    with meter.window("task") as window:
+        clock.advance(0.05)
+    assert (window.result.energy_j, window.result.null_reason) == (None, "window-too-short")
 
 
 def test_overlapping_windows_are_marked_and_counted_once_in_the_total(

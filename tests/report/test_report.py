@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from openjarvis.cli.ipw import app
 from openjarvis.errors import UserError
 from openjarvis.report.runs import frontiers, pareto_frontier
-from openjarvis.store import open_store
+from openjarvis.store import RunRecord, open_store
 from tests.synthetic import add_run, make_host
 
 __all__: list[str] = []
@@ -142,3 +142,28 @@ def test_report_traces_and_errors(db: str, two_machines, tmp_path: Path) -> None
     assert code == 0, error
     html = (tmp_path / "r" / "report.html").read_text()
     assert two_machines["medium"][:8] in html and "laptop" not in html
+
+
+def test_host_labels_tell_machines_apart_by_hardware() -> None:
+    """Virtual machines are often all called `vm`: the label adds what each computes with."""
+    from dataclasses import replace
+
+    from openjarvis.report.runs import host_label
+
+    def run_on(host: object) -> RunRecord:
+        return RunRecord(
+            model_name="m", model_path=None, model_sha256=None, engine="llamacpp",
+            engine_settings={}, suite="humaneval", options={}, energy_scope="system",
+            energy_method="counter", sandbox_isolation="bubblewrap", tool_version="0",
+            host=host,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    two_gpus = make_host("vm", gpus=("NVIDIA H200 (GPU-aaaa)", "NVIDIA H200 (GPU-bbbb)"))
+    assert host_label(run_on(two_gpus)) == "vm · 2 x NVIDIA H200"
+    assert host_label(run_on(make_host("vm"))) == "vm · AMD EPYC 7B13, 2 cores"
+    intel = replace(make_host("vm"), cpu_model="Intel(R) Xeon(R) CPU @ 2.20GHz")
+    assert host_label(run_on(intel)) == "vm · Intel Xeon, 2 cores"
+    # Runs stored before GPU names were kept list NVML source names only.
+    legacy = make_host("vm", gpus=("nvml:GPU-aaaa",))
+    assert host_label(run_on(legacy)) == "vm · 1 GPU"
+    assert host_label(run_on(None)) == "unknown host"

@@ -1,5 +1,6 @@
 """Tensor parallelism on the CPU (gloo): N processes started by the engine give the logits and
-the greedy tokens of one process, for world sizes 2, 3 and 4."""
+the greedy tokens of one process, for world sizes 2, 3 and 4, and with the decode step
+compiled (the collectives are registered operators that torch.compile traces around)."""
 
 import pytest
 
@@ -17,8 +18,8 @@ RELATIVE_TOLERANCE = 1e-5
 PROMPT = [5, 17, 42, 99, 3, 250 % 240, 7, 64]
 
 
-def _settings(tp: int) -> TorchSettings:
-    return TorchSettings(device="cpu", tp=tp, max_seq_len=64, seed=11)
+def _settings(tp: int, compile: bool = False) -> TorchSettings:
+    return TorchSettings(device="cpu", tp=tp, max_seq_len=64, seed=11, compile=compile)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,21 @@ def test_tensor_parallel_equals_one_process(single: TorchEngine, world_size: int
     assert error < RELATIVE_TOLERANCE, f"world size {world_size}: relative error {error:.2e}"
     assert tokens == expected_tokens
     assert len(set(tokens)) > 1, "random weights should not repeat one token (a weak test)"
+
+
+def test_compiled_decode_with_tensor_parallelism_gives_the_same_tokens(
+    single: TorchEngine,
+) -> None:
+    """One graph per decode step on every process (fullgraph: no break at the all-reduce or
+    the logits' all-gather), and the same greedy tokens as one eager process."""
+    expected = [token for token, _ in single.generate_tokens(PROMPT, 10)]
+    engine = TorchEngine("tiny-tp", _settings(2, compile=True))
+    try:
+        tokens = [token for token, _ in engine.generate_tokens(PROMPT, 10)]
+        assert engine.settings_dict()["compile"] is True
+    finally:
+        engine.close()
+    assert tokens == expected
 
 
 def test_heads_that_do_not_divide_are_refused_before_any_process_starts() -> None:

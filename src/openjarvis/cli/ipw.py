@@ -64,9 +64,10 @@ def measure(
     resume: Annotated[
         str | None, typer.Option(help="Finish an interrupted run (its own options apply)")
     ] = None,
-    engine: Annotated[str, typer.Option(help="llamacpp, or a cloud engine: openai, anthropic")] = (
-        "llamacpp"
-    ),
+    engine: Annotated[
+        str, typer.Option(help="llamacpp or torch (local), or a cloud engine: openai, anthropic")
+    ] = "llamacpp",
+    tp: Annotated[int, typer.Option(help="torch engine: tensor-parallel GPUs")] = 1,
     base_url: Annotated[str | None, typer.Option(help="Cloud engine's API base URL")] = None,
     api_key_env: Annotated[
         str | None, typer.Option(help="Variable holding the cloud engine's API key")
@@ -94,6 +95,7 @@ def measure(
         threads=threads,
         timeout_s=timeout,
         engine=engine,
+        tp=tp,
         base_url=base_url,
         api_key_env=api_key_env,
     )

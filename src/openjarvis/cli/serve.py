@@ -21,7 +21,7 @@ def serve_command(
         str | None,
         typer.Option(help="GGUF path or `jarvis models` name; a cloud engine's model name"),
     ] = None,
-    engine: Annotated[str, typer.Option(help="llamacpp, openai or anthropic")] = "llamacpp",
+    engine: Annotated[str, typer.Option(help="llamacpp, torch, openai or anthropic")] = "llamacpp",
     base_url: Annotated[str | None, typer.Option(help="Cloud engine's API base URL")] = None,
     api_key_env: Annotated[
         str | None, typer.Option(help="Variable holding the cloud engine's API key")
@@ -36,14 +36,20 @@ def serve_command(
     ] = None,
     n_ctx: Annotated[int, typer.Option(help="Context size in tokens (0: the model's)")] = 4096,
     threads: Annotated[int | None, typer.Option(help="CPU threads (default: cores)")] = None,
-    n_gpu_layers: Annotated[int, typer.Option(help="Layers on the GPU (-1: all)")] = 0,
+    n_gpu_layers: Annotated[int, typer.Option(help="llamacpp: layers on the GPU (-1: all)")] = 0,
+    tp: Annotated[int, typer.Option(help="torch engine: tensor-parallel GPUs")] = 1,
     scope: Annotated[str, typer.Option(help="Energy scope: system or accelerator")] = "system",
     idle_seconds: Annotated[float, typer.Option(help="Idle power measured at start")] = 3.0,
     db: Annotated[str | None, typer.Option(help="Database URL or path (or OPENJARVIS_DB)")] = None,
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not log requests")] = False,
 ) -> None:
     """Serve a model over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models)."""
-    from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
+    from openjarvis.runtime.engines import (
+        LOCAL_ENGINE_KINDS,
+        EngineSpec,
+        open_engine,
+        resolve_engine_model,
+    )
     from openjarvis.serve import running_server
     from openjarvis.store import open_store
 
@@ -57,6 +63,7 @@ def serve_command(
         n_ctx=n_ctx,
         threads=threads,
         n_gpu_layers=n_gpu_layers,
+        tp=tp,
     )
     resolved = resolve_engine_model(spec)
     store = None if no_log else open_store(db)
@@ -73,7 +80,7 @@ def serve_command(
                 scope=scope,  # type: ignore[arg-type]  # checked above
                 idle_seconds=idle_seconds,
             ) as server:
-                method = server.meter.method if opened.kind == "llamacpp" else "estimate"
+                method = server.meter.method if opened.kind in LOCAL_ENGINE_KINDS else "estimate"
                 console.print(f"serving {opened.model_name} at {server.url}")
                 console.print(f"energy: {method or 'none'} · {scope}; Ctrl-C stops")
                 if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:

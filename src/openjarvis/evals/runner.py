@@ -18,8 +18,14 @@ from openjarvis.evals.suites import load_suite
 from openjarvis.evals.types import Task
 from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter
+from openjarvis.power.sources import EnergySource
 from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
-from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
+from openjarvis.runtime.engines import (
+    LOCAL_ENGINE_KINDS,
+    EngineSpec,
+    open_engine,
+    resolve_engine_model,
+)
 from openjarvis.runtime.types import Completion, Engine, GenerationRequest
 from openjarvis.store import Store, open_store
 from openjarvis.store.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
@@ -41,7 +47,8 @@ class MeasureSpec:
     n_ctx: int = 4096
     threads: int | None = None
     timeout_s: float = 10.0
-    engine: str = "llamacpp"  # or a cloud engine: openai, anthropic (runtime/engines.py)
+    engine: str = "llamacpp"  # or torch, or a cloud engine: openai, anthropic (runtime/engines.py)
+    tp: int = 1  # torch only: tensor-parallel GPUs
     base_url: str | None = None  # cloud engines only
     api_key_env: str | None = None  # cloud engines only: the variable's name, never the key
 
@@ -54,6 +61,7 @@ class MeasureSpec:
             api_key_env=self.api_key_env,
             n_ctx=self.n_ctx,
             threads=self.threads,
+            tp=self.tp,
             reuse_prompt_cache=False,
         )
 
@@ -107,7 +115,7 @@ def run_measure(
             sandbox = Sandbox.detect()
             with Meter.discover(scope=spec.scope) as meter:
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
-                gpus = tuple(s.name for s in meter.statuses if s.available and s.domain == "gpu")
+                gpus = tuple(_gpu_description(s) for s in meter.sources if s.domain == "gpu")
                 run = RunRecord(
                     model_name=model.name if model else engine.model_name,
                     model_path=str(model.path) if model else None,
@@ -266,7 +274,8 @@ def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
     names = {spec_field.name for spec_field in fields(MeasureSpec)}
     stored = {name: value for name, value in run.options.items() if name in names}
     # A cloud run has no model file: its model is the name the server knows it by.
-    model = run.model_path if stored.get("engine", "llamacpp") == "llamacpp" else run.model_name
+    local = stored.get("engine", "llamacpp") in LOCAL_ENGINE_KINDS
+    model = run.model_path if local else run.model_name
     return MeasureSpec(**stored, model_path=model, db_url=db_url)  # type: ignore[arg-type]
 
 
@@ -347,12 +356,18 @@ def _estimated_window(window: WindowEnergy, completion: Completion) -> WindowEne
     )
 
 
+def _gpu_description(source: EnergySource) -> str:
+    """ "NVIDIA H200 (GPU-<uuid>)": the product for people, the uuid for the host fingerprint."""
+    name = getattr(source, "gpu_name", "GPU")
+    return f"{name} ({source.name.removeprefix('nvml:')})"
+
+
 def _energy_method(meter: Meter, engine: Engine) -> str | None:
-    return meter.method if engine.kind == "llamacpp" else "estimate"
+    return meter.method if engine.kind in LOCAL_ENGINE_KINDS else "estimate"
 
 
 def _energy_note(meter: Meter, engine: Engine) -> str | None:
-    if engine.kind != "llamacpp":
+    if engine.kind not in LOCAL_ENGINE_KINDS:
         return (
             "energy is an estimate from token counts and data/cloud_energy.csv "
             "(energy per token, PUE), not a measurement"

@@ -4,5 +4,6 @@ code, peers' memory read directly), each beside its NCCL baseline and a measured
 
 from openjarvis.kernels.all_reduce import AllReduce, SizeTable
 from openjarvis.kernels.checks import check_message
+from openjarvis.kernels.overlap import AllGatherMatmul, MatmulReduceScatter
 
-__all__ = ["AllReduce", "SizeTable", "check_message"]
+__all__ = ["AllGatherMatmul", "AllReduce", "MatmulReduceScatter", "SizeTable", "check_message"]

@@ -1,5 +1,8 @@
 """The all-reduce that tensor parallelism calls: our peer kernel where a size table measured on
 this machine says it wins, NCCL (or gloo on the CPU) everywhere else.
+
+Calls go through one registered torch operator, so that torch.compile traces a model around
+them (an opaque in-place op) instead of breaking its graph at each one.
 """
 
 from collections.abc import Callable
@@ -34,6 +37,20 @@ class SizeTable:
                 break
             limit = size
         return limit
+
+
+# Every AllReduce of this process, so that the operator can find its instance from an integer.
+_INSTANCES: list["AllReduce"] = []
+
+
+@torch.library.custom_op("openjarvis::all_reduce_", mutates_args=("x",))
+def _all_reduce_op(x: Tensor, instance: int) -> None:
+    _INSTANCES[instance].reduce(x)
+
+
+@_all_reduce_op.register_fake
+def _(x: Tensor, instance: int) -> None:
+    return None
 
 
 class AllReduce:
@@ -71,8 +88,15 @@ class AllReduce:
         elif self.peer is not None:
             self.table = measure_size_table(self.peer, group, device, dtype, max_bytes)
             self.peer_max_bytes = self.table.peer_max_bytes
+        self.instance = len(_INSTANCES)
+        _INSTANCES.append(self)
 
     def __call__(self, x: Tensor) -> Tensor:
+        torch.ops.openjarvis.all_reduce_(x, self.instance)
+        return x
+
+    def reduce(self, x: Tensor) -> Tensor:
+        """The sum itself, in place: the peer kernel up to its size limit, else NCCL/gloo."""
         if self.peer is not None and x.numel() * x.element_size() <= self.peer_max_bytes:
             return self.peer(x)
         dist.all_reduce(x, group=self.group)

@@ -19,37 +19,48 @@ MAX_WORLD_SIZE = 8  # one NVLink domain of a typical server
 _OLD_PAD_BYTES = 2048  # torch's signal pad before its size became configurable
 _BLOCK = 2048  # elements per program per iteration: 16 bytes per thread with 4 warps of bf16
 
-# One thread per program signals and waits; the rest of the program waits at a bar.sync.
-# The signal protocol flips a peer's slot 0 -> 1 (send) and our own slot 1 -> 0 (wait), so
-# every slot is back to 0 after each barrier: nothing to reset, and CUDA graphs replay it.
-# Release on send publishes this program's earlier writes (ordered by the bar.sync before it)
-# system-wide; acquire on wait makes the peer's writes visible to the reads that follow.
+# One barrier per call. Each program counts its calls (its epoch, kept in our own memory) and
+# every rank's program p makes the same calls, so epochs agree across ranks without any reset,
+# and CUDA graph replays just count on. Thread t < WORLD handles peer t: it stores our epoch
+# into our column of the peer's pad (release: after the bar.sync before it, every thread's
+# copy into our buffer is visible system-wide first), then waits until the peer's epoch in our
+# pad has caught up (acquire: the peer's copy is visible to the reads after the next bar.sync).
+# A peer may already be one call ahead, hence "at least", compared modulo 2**32.
 _SEND = tl.constexpr("""
 {
-    .reg .u32 %thread, %old;
-    .reg .pred %skip, %done;
+    .reg .u32 %thread;
+    .reg .u64 %entry, %pad;
+    .reg .pred %idle;
     mov.u32 %thread, %tid.x;
-    setp.ne.u32 %skip, %thread, 0;
-    @%skip bra SEND_END;
-SEND_AGAIN:
-    atom.release.sys.global.cas.b32 %old, [$1], 0, 1;
-    setp.eq.u32 %done, %old, 0;
-    @!%done bra SEND_AGAIN;
+    setp.ge.u32 %idle, %thread, $3;
+    @%idle bra SEND_END;
+    mul.wide.u32 %entry, %thread, 8;
+    add.u64 %entry, %entry, $1;
+    ld.global.u64 %pad, [%entry];
+    mul.wide.u32 %entry, $2, 4;
+    add.u64 %pad, %pad, %entry;
+    st.release.sys.global.u32 [%pad], $4;
 SEND_END:
     mov.u32 $0, 0;
 }
 """)
 _WAIT = tl.constexpr("""
 {
-    .reg .u32 %thread, %old;
-    .reg .pred %skip, %done;
+    .reg .u32 %thread, %seen;
+    .reg .s32 %behind;
+    .reg .u64 %slot;
+    .reg .pred %idle, %early;
     mov.u32 %thread, %tid.x;
-    setp.ne.u32 %skip, %thread, 0;
-    @%skip bra WAIT_END;
+    setp.ge.u32 %idle, %thread, $3;
+    @%idle bra WAIT_END;
+    add.u32 %thread, %thread, $2;
+    mul.wide.u32 %slot, %thread, 4;
+    add.u64 %slot, %slot, $1;
 WAIT_AGAIN:
-    atom.acquire.sys.global.cas.b32 %old, [$1], 1, 0;
-    setp.eq.u32 %done, %old, 1;
-    @!%done bra WAIT_AGAIN;
+    ld.acquire.sys.global.u32 %seen, [%slot];
+    sub.s32 %behind, %seen, $4;
+    setp.lt.s32 %early, %behind, 0;
+    @%early bra WAIT_AGAIN;
 WAIT_END:
     mov.u32 $0, 0;
 }
@@ -57,61 +68,59 @@ WAIT_END:
 
 
 @triton.jit
-def _send(address):
-    tl.inline_asm_elementwise(_SEND, "=r,l", [address], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _wait(address):
-    tl.inline_asm_elementwise(_WAIT, "=r,l", [address], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _barrier(pads, program, RANK: tl.constexpr, WORLD: tl.constexpr):
-    """Program `program` of every rank meets here; slot (program, peer) of each rank's pad."""
+def _barrier(pads, program, epoch, RANK: tl.constexpr, WORLD: tl.constexpr):
+    """Program `program` of every rank meets here, at call `epoch` of that program."""
     tl.debug_barrier()
-    own = tl.load(pads + RANK).to(tl.pointer_type(tl.uint32))
-    for peer in tl.static_range(WORLD):
-        peer_pad = tl.load(pads + peer).to(tl.pointer_type(tl.uint32))
-        _send(peer_pad + program * WORLD + RANK)
-    for peer in tl.static_range(WORLD):
-        _wait(own + program * WORLD + peer)
+    own = tl.load(pads + RANK)
+    tl.inline_asm_elementwise(
+        _SEND, "=r,l,r,r,r", [pads, program * WORLD + RANK, WORLD, epoch],
+        dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
+    tl.inline_asm_elementwise(
+        _WAIT, "=r,l,r,r,r", [own, program * WORLD, WORLD, epoch],
+        dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
     tl.debug_barrier()
 
 
 @triton.jit
 def _one_shot_all_reduce(
     data,  # [numel], in place: our input, then the sum
-    # Each rank's symmetric buffer [>= numel], as pointer arguments rather than addresses read
-    # from memory: Triton then knows their alignment and issues 16-byte loads.
+    # Each rank's symmetric buffer [2, capacity], as pointer arguments rather than addresses
+    # read from memory: Triton then knows their alignment and issues 16-byte loads.
     buffers,
     pads,  # [WORLD] int64 addresses of each rank's signal pad (uint32 slots)
+    epochs,  # [programs_max] int32 in our own memory: calls made so far by each program
     numel,
+    capacity,  # elements per half of a buffer
+    programs_max,  # chunk c always belongs to program c % programs_max, whatever the size
     RANK: tl.constexpr,
     WORLD: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     program = tl.program_id(0)
-    programs = tl.num_programs(0)
-    own = buffers[RANK]
-    # 1. Publish our input in our own buffer (the chunks this program will sum on every rank).
-    for start in range(program * BLOCK, numel, programs * BLOCK):
+    epoch = tl.load(epochs + program) + 1
+    # Calls alternate between the halves of the buffers. A rank can be at most one call ahead
+    # of a peer (the barrier), so it never writes the half that the peer may still be reading.
+    half = (epoch & 1) * capacity
+    own = buffers[RANK] + half
+    # 1. Publish our input in our own buffer (the chunks this program sums on every rank).
+    for start in range(program * BLOCK, numel, programs_max * BLOCK):
         offsets = start + tl.arange(0, BLOCK)
         mask = offsets < numel
         tl.store(own + offsets, tl.load(data + offsets, mask=mask), mask=mask)
-    _barrier(pads, program, RANK, WORLD)
+    _barrier(pads, program, epoch, RANK, WORLD)
     # 2. Sum every rank's copy in rank order, so that all ranks get bit-identical results.
-    for start in range(program * BLOCK, numel, programs * BLOCK):
+    for start in range(program * BLOCK, numel, programs_max * BLOCK):
         offsets = start + tl.arange(0, BLOCK)
         mask = offsets < numel
         total = tl.zeros((BLOCK,), dtype=tl.float32)
         for peer in tl.static_range(WORLD):
-            buffer = buffers[peer]
+            buffer = buffers[peer] + half
             # .cg: skip L1, so no line cached by an earlier call is read back stale.
             total += tl.load(buffer + offsets, mask=mask, cache_modifier=".cg").to(tl.float32)
         tl.store(data + offsets, total.to(data.dtype.element_ty), mask=mask)
-    # 3. No rank may overwrite its buffer (next call) before every peer has read it.
-    _barrier(pads, program, RANK, WORLD)
+    tl.store(epochs + program, epoch)
 
 
 class PeerAllReduce:
@@ -127,27 +136,26 @@ class PeerAllReduce:
         self.device = device
         self.dtype = dtype
         self.max_bytes = max_bytes
-        element = torch.finfo(dtype).bits // 8
+        self.capacity = max_bytes // (torch.finfo(dtype).bits // 8)
         if hasattr(symmetric_memory, "enable_symm_mem_for_group"):  # needed before torch 2.10
             symmetric_memory.enable_symm_mem_for_group(group.group_name)
-        self.buffer = symmetric_memory.empty(max_bytes // element, dtype=dtype, device=device)
+        self.buffer = symmetric_memory.empty(2 * self.capacity, dtype=dtype, device=device)
         handle = symmetric_memory.rendezvous(self.buffer, group.group_name)
         self.buffers = tuple(
-            handle.get_buffer(peer, (max_bytes // element,), dtype)
-            for peer in range(self.world_size)
+            handle.get_buffer(peer, (2 * self.capacity,), dtype) for peer in range(self.world_size)
         )
         self.pads = torch.tensor(handle.signal_pad_ptrs, dtype=torch.int64, device=device)
         pad_bytes = getattr(symmetric_memory, "get_signal_pad_size", lambda: _OLD_PAD_BYTES)()
-        pad_slots = pad_bytes // 4
-        # Two barriers per call share one slot per (program, peer).
-        self.max_programs = min(132, pad_slots // self.world_size)
+        # One uint32 slot per (program, peer) in each pad, zeroed by torch at allocation.
+        self.programs_max = min(132, pad_bytes // 4 // self.world_size)
+        self.epochs = torch.zeros(self.programs_max, dtype=torch.int32, device=device)
 
     def __call__(self, x: Tensor) -> Tensor:
         check_message(x, self.device, self.dtype, self.max_bytes)
         numel = x.numel()
-        programs = min(triton.cdiv(numel, _BLOCK), self.max_programs)
+        programs = min(triton.cdiv(numel, _BLOCK), self.programs_max)
         _one_shot_all_reduce[(programs,)](
-            x, self.buffers, self.pads, numel,
+            x, self.buffers, self.pads, self.epochs, numel, self.capacity, self.programs_max,
             RANK=self.rank, WORLD=self.world_size, BLOCK=_BLOCK, num_warps=4,
         )  # fmt: skip
         return x

@@ -118,6 +118,13 @@ class Meter:
     # Lifecycle -----------------------------------------------------------------------------
 
     @property
+    def resolution_s(self) -> float:
+        """The shortest window that every source in scope resolves: its slowest refresh period
+        (NVML's energy counter on an H200: ~100 ms)."""
+        periods = [s.update_period_s for s in self.sources if in_scope(s.domain, self.scope)]
+        return max(periods, default=0.0)
+
+    @property
     def running(self) -> bool:
         return self._thread is not None
 
@@ -215,6 +222,12 @@ class Meter:
         try:
             yield handle
         finally:
+            # A counter that has not refreshed since the window opened cannot tell its energy:
+            # a short window stays open (idle) until every source in scope has refreshed once,
+            # and is flagged low_resolution, rather than being null.
+            readable_s = max((r.time_s for r in start), default=start_s) + self.resolution_s
+            if (wait_s := readable_s - self._clock()) > 0:
+                self._sleep(wait_s)
             with self._lock:
                 end_s, end = self._read_all()
                 self._active.remove(handle)

@@ -4,6 +4,8 @@ A run's figures are the RunFigures dict `ipw measure` stored in `run.summary` (M
 """
 
 import dataclasses
+import re
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -29,6 +31,7 @@ __all__ = [
     "run_to_dict",
 ]
 
+# runtime.engines.LOCAL_ENGINE_KINDS, repeated: report may not import runtime (ARCHITECTURE.md).
 LOCAL_ENGINES = ("llamacpp", "torch")
 
 # Figures with intervals that tables, CSV and JSON carry, in display order, with their headings.
@@ -57,9 +60,23 @@ def is_estimate(run: RunRecord) -> bool:
 
 
 def host_label(run: RunRecord) -> str:
+    """The machine as a person tells it apart: hostname and what it computes with (virtual
+    machines are often all called `vm`, `localhost` or a container id)."""
     if is_cloud(run):
         return f"cloud ({run.engine})"
-    return run.host.hostname if run.host is not None else "unknown host"
+    host = run.host
+    if host is None:
+        return "unknown host"
+    # GPUs are stored as "NAME (GPU-uuid)"; runs stored before names were kept have the uuid.
+    names = Counter(gpu.split(" (GPU-")[0] for gpu in host.gpus if not gpu.startswith("nvml:"))
+    if names:
+        hardware = ", ".join(f"{count} x {name}" for name, count in sorted(names.items()))
+    elif host.gpus:
+        hardware = f"{len(host.gpus)} GPU{'s' if len(host.gpus) > 1 else ''}"
+    else:
+        cpu = re.sub(r"\((R|TM)\)|\bCPU\b|\bProcessor\b|@.*$", "", host.cpu_model or "")
+        hardware = f"{' '.join(cpu.split()) or 'CPU'}, {host.cpu_physical_cores} cores"
+    return f"{host.hostname} · {hardware}"
 
 
 def model_label(run: RunRecord) -> str:

@@ -1,4 +1,5 @@
-"""Choosing and opening an engine from the command line's words: llamacpp, openai or anthropic.
+"""Choosing and opening an engine from the command line's words: llamacpp, torch (local), or
+openai and anthropic (cloud).
 
 `ipw measure` and `jarvis serve` both come through here, so both accept the same engines.
 """
@@ -9,29 +10,39 @@ from openjarvis.errors import UserError
 from openjarvis.runtime.models import ModelFile, resolve_model
 from openjarvis.runtime.types import Engine
 
-__all__ = ["ENGINE_KINDS", "EngineSpec", "open_engine", "resolve_engine_model"]
+__all__ = [
+    "ENGINE_KINDS",
+    "LOCAL_ENGINE_KINDS",
+    "EngineSpec",
+    "open_engine",
+    "resolve_engine_model",
+]
 
-ENGINE_KINDS = ("llamacpp", "openai", "anthropic")
+LOCAL_ENGINE_KINDS = ("llamacpp", "torch")  # run here: the meter measures their energy
+ENGINE_KINDS = (*LOCAL_ENGINE_KINDS, "openai", "anthropic")
 
 
 @dataclass(frozen=True, slots=True)
 class EngineSpec:
     kind: str = "llamacpp"
-    model: str | None = None  # llamacpp: GGUF path or catalog name (None: embedded); cloud: name
+    model: str | None = None  # local: GGUF path or catalog name (None: embedded); cloud: name
     base_url: str | None = None  # cloud only; None: the provider's public API
     api_key_env: str | None = None  # cloud only; None: OPENAI_API_KEY / ANTHROPIC_API_KEY
     n_ctx: int = 4096
     threads: int | None = None
-    n_gpu_layers: int = 0
+    n_gpu_layers: int = 0  # llamacpp only
+    tp: int = 1  # torch only: tensor-parallel processes, one per GPU
     reuse_prompt_cache: bool = True
     timeout_s: float = 120.0  # cloud: longest wait for the next byte
 
 
 def resolve_engine_model(spec: EngineSpec) -> ModelFile | None:
-    """Check the spec before anything is opened: the GGUF for llamacpp, None for cloud."""
+    """Check the spec before anything is opened: the GGUF for local engines, None for cloud."""
     if spec.kind not in ENGINE_KINDS:
         raise UserError(f"unknown engine {spec.kind!r}; use one of {', '.join(ENGINE_KINDS)}")
-    if spec.kind == "llamacpp":
+    if spec.tp != 1 and spec.kind != "torch":
+        raise UserError("--tp is for --engine torch; drop it or use the torch engine")
+    if spec.kind in LOCAL_ENGINE_KINDS:
         if spec.base_url or spec.api_key_env:
             raise UserError("--base-url and --api-key-env are for cloud engines; drop them")
         return resolve_model(spec.model)
@@ -41,11 +52,22 @@ def resolve_engine_model(spec: EngineSpec) -> ModelFile | None:
 
 
 def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
-    """Load the model (llamacpp) or set up the client (cloud); the engine is the caller's."""
+    """Load the model (local) or set up the client (cloud); the engine is the caller's."""
+    if spec.kind == "torch":
+        try:
+            from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+        except ImportError as error:
+            raise UserError(
+                f"the torch engine needs torch ({error}); "
+                "install it: pip install 'openjarvis[torch]'"
+            ) from None
+
+        assert model is not None, "resolve_engine_model returns the GGUF for local engines"
+        return TorchEngine(model.path, TorchSettings(tp=spec.tp, max_seq_len=spec.n_ctx))
     if spec.kind == "llamacpp":
         from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
 
-        assert model is not None, "resolve_engine_model returns the GGUF for llamacpp"
+        assert model is not None, "resolve_engine_model returns the GGUF for local engines"
         settings = LlamaCppSettings(
             n_ctx=spec.n_ctx,
             n_threads=spec.threads,

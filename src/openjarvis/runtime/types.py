@@ -130,7 +130,7 @@ class Engine(Protocol):
     """
 
     @property
-    def kind(self) -> str: ...  # "llamacpp", "openai", "anthropic"
+    def kind(self) -> str: ...  # "llamacpp", "torch", "openai", "anthropic"
 
     @property
     def model_name(self) -> str: ...

@@ -189,6 +189,10 @@ class Transformer(nn.Module):
             self.register_buffer(f"{prefix}_sin", sin.to(device), persistent=False)
         positions = torch.arange(config.max_seq_len, device=device)  # [S]
         self.register_buffer("key_positions", positions, persistent=False)
+        # Gemma rounds the embedding scale to the activations' dtype before multiplying.
+        dtype = self.tok_embeddings.weight.dtype
+        scale = torch.tensor(config.dim**0.5, dtype=dtype, device=device)
+        self.register_buffer("embedding_scale", scale, persistent=False)
 
     def setup_caches(self, max_batch_size: int, dtype: torch.dtype) -> None:
         """Allocate the KV caches ([B, kv_heads, max_seq_len, head_dim] per layer)."""
@@ -211,8 +215,7 @@ class Transformer(nn.Module):
         assert self.max_batch_size >= tokens.size(0), "call setup_caches() first"
         x = self.tok_embeddings(tokens)  # [B, T, dim]
         if config.scale_embeddings:
-            # Gemma rounds the scale to the activations' dtype before multiplying.
-            x = x * torch.tensor(config.dim**0.5, dtype=x.dtype)
+            x = x * self.embedding_scale
         # Key j is visible to the query at position p when j <= p (and p - j < window).
         query_positions = input_pos[:, None]  # [T, 1]
         causal = self.key_positions[None, :] <= query_positions  # [T, S]

@@ -98,13 +98,19 @@ def _resized(linear: nn.Linear, out_parts: int = 1, in_parts: int = 1) -> nn.Lin
     )
 
 
-def all_gather_last_dim(group: dist.ProcessGroup | None = None) -> Reduce:
-    """Concatenate every process's x along its last axis (the vocabulary split of the logits)."""
-    world_size = dist.get_world_size(group)
+@torch.library.custom_op("openjarvis::all_gather_last_dim", mutates_args=())
+def _all_gather_last_dim(x: Tensor) -> Tensor:
+    pieces = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(pieces, x.contiguous())
+    return torch.cat(pieces, dim=-1)
 
-    def gather(x: Tensor) -> Tensor:
-        pieces = [torch.empty_like(x) for _ in range(world_size)]
-        dist.all_gather(pieces, x.contiguous(), group=group)
-        return torch.cat(pieces, dim=-1)
 
-    return gather
+@_all_gather_last_dim.register_fake
+def _(x: Tensor) -> Tensor:
+    return x.new_empty(*x.shape[:-1], x.shape[-1] * dist.get_world_size())
+
+
+def all_gather_last_dim() -> Reduce:
+    """Concatenate every process's x along its last axis (the vocabulary split of the logits),
+    over the default group; a registered operator, so torch.compile traces around it."""
+    return torch.ops.openjarvis.all_gather_last_dim

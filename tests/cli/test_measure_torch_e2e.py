@@ -1,0 +1,49 @@
+"""`ipw measure --engine torch`: the torch engine on the embedded GGUF, end to end (CPU here)."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from openjarvis.store import open_store
+from tests.cli.test_measure_e2e import run_ipw
+
+pytest.importorskip("torch")
+pytest.importorskip("gguf")
+pytestmark = pytest.mark.e2e
+
+
+def _ipw(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_ipw(*args, env={**os.environ, "COLUMNS": "120"})  # data folder: conftest's
+
+
+def test_torch_engine_measures_and_stores_a_run(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    done = _ipw(
+        "measure", "--engine", "torch", "--limit", "1", "--idle-seconds", "0", "--db", str(db)
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "accuracy (pass@1)" in done.stdout
+    with open_store(str(db)) as store:
+        (run,) = store.list_runs()
+        (result,) = store.task_results(run.id or "")
+    assert run.state == "complete"
+    assert run.engine == "torch"
+    assert run.model_name == "gemma-3-270m-it-Q4_K_M"
+    assert run.engine_settings["tp"] == 1
+    assert run.engine_settings["device"] == "cpu"
+    assert result.completion_tokens > 0
+    assert result.statuses[0] in ("passed", "failed", "timeout", "error")
+    # The meter measured this machine (not a cloud estimate).
+    assert run.energy_method in ("counter", "integrated", "estimate")
+    assert all(e.domain != "cloud" for e in result.energy)
+
+
+def test_tp_with_another_engine_is_one_line_exit_2(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    done = _ipw("measure", "--tp", "2", "--db", str(db))
+    assert done.returncode == 2
+    assert "--tp is for --engine torch" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not db.exists()
