@@ -1,0 +1,89 @@
+"""Tensor parallelism against one GPU on the GPU machine: the same random-weights model at TP=1
+and TP=N (NCCL, and our all-reduce), compared on prompt logits and on greedy decode.
+
+bf16 sums partial products in another order when split, so logits differ by rounding: the
+check reports the relative error of the logits and how many of the greedy tokens agree, and
+fails (exit 1) when the logits differ by more than `--tolerance` relatively.
+
+`PYTHONPATH=src python3 benchmarks/torch_tp_check.py --preset llama-3-8b --tp 2 --out tp.json`
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+from openjarvis.runtime.torch.model import config_for
+
+__all__ = ["main"]
+
+
+def _run(preset: str, tp: int, all_reduce: str, prompt: list[int], tokens: int) -> dict:
+    settings = TorchSettings(
+        tp=tp,
+        all_reduce=all_reduce,  # type: ignore[arg-type]
+        max_seq_len=len(prompt) + tokens + 8,
+    )
+    engine = TorchEngine(preset, settings)
+    try:
+        logits = engine.logits(prompt)
+        generated = [token for token, _ in engine.generate_tokens(prompt, tokens)]
+        table = engine.settings_dict()["all_reduce_table"]
+    finally:
+        engine.close()
+    return {"logits": logits, "tokens": generated, "all_reduce_table": table}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--preset", default="llama-3-8b")
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--tolerance", type=float, default=2e-2)
+    parser.add_argument("--out", type=Path, default=Path("tp_check.json"))
+    args = parser.parse_args()
+    generator = torch.Generator().manual_seed(0)
+    vocab = config_for(args.preset).vocab_size
+    prompt = torch.randint(0, vocab, (args.prompt,), generator=generator).tolist()
+    reference = _run(args.preset, 1, "nccl", prompt, args.tokens)
+    rows = []
+    for all_reduce in ("nccl", "auto"):
+        result = _run(args.preset, args.tp, all_reduce, prompt, args.tokens)
+        difference = (result["logits"] - reference["logits"]).norm()
+        error = float(difference / reference["logits"].norm())
+        pairs = list(zip(result["tokens"], reference["tokens"], strict=True))
+        same = sum(a == b for a, b in pairs)
+        first_difference = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+        rows.append(
+            {
+                "preset": args.preset,
+                "tp": args.tp,
+                "all_reduce": all_reduce,
+                "all_reduce_table": result["all_reduce_table"],
+                "logits_relative_error": error,
+                "prompt_top1_agreement": float(
+                    (result["logits"].argmax(-1) == reference["logits"].argmax(-1)).float().mean()
+                ),
+                "greedy_tokens_equal": same,
+                "greedy_tokens": len(reference["tokens"]),
+                "first_differing_token": first_difference,
+            }
+        )
+        args.out.write_text(json.dumps(rows, indent=2))
+    print(f"{'all-reduce':<12}{'logits rel err':>16}{'prompt top-1':>14}{'greedy equal':>14}")
+    for row in rows:
+        print(
+            f"{row['all_reduce']:<12}{row['logits_relative_error']:16.2e}"
+            f"{row['prompt_top1_agreement']:14.3f}"
+            f"{row['greedy_tokens_equal']:>9}/{row['greedy_tokens']}"
+        )
+    if any(row["logits_relative_error"] > args.tolerance for row in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
