@@ -26,6 +26,7 @@ from openjarvis.runtime.types import (
     Request,
     StreamChunk,
     final_completion,
+    held_back,
 )
 
 __all__ = ["LlamaCppEngine", "LlamaCppSettings"]
@@ -154,7 +155,7 @@ class LlamaCppEngine:
             emitted = 0
             for time_s in run:
                 token_times_s.append(time_s)
-                safe = len(run.text) - _held_back(run.text, request.stop)
+                safe = len(run.text) - held_back(run.text, request.stop)
                 if safe > emitted:
                     yield StreamChunk(run.text[emitted:safe], time_s)
                     emitted = safe
@@ -188,17 +189,6 @@ class LlamaCppEngine:
     def close(self) -> None:
         with self._lock:
             self._llama.close()
-
-
-def _held_back(text: str, stops: tuple[str, ...]) -> int:
-    """How many trailing characters could still be the start of a stop sequence."""
-    held = 0
-    for stop in stops:
-        for size in range(min(len(stop) - 1, len(text)), 0, -1):
-            if text.endswith(stop[:size]):
-                held = max(held, size)
-                break
-    return held
 
 
 class _Generation:

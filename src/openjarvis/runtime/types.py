@@ -17,6 +17,7 @@ __all__ = [
     "Request",
     "StreamChunk",
     "final_completion",
+    "held_back",
 ]
 
 Role = Literal["system", "user", "assistant"]
@@ -142,3 +143,15 @@ class Engine(Protocol):
     def stream(self, request: Request) -> Iterator[StreamChunk]: ...
 
     def close(self) -> None: ...
+
+
+def held_back(text: str, stops: tuple[str, ...]) -> int:
+    """How many trailing characters could still be the start of a stop sequence: a streaming
+    engine holds them back until the next token says whether they are text or the stop."""
+    held = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:size]):
+                held = max(held, size)
+                break
+    return held

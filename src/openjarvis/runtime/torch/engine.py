@@ -23,7 +23,14 @@ from openjarvis.runtime.torch.loading import build_model, load_checkpoint
 from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for
 from openjarvis.runtime.torch.parallel import all_gather_last_dim, check_divisible, tensor_parallel
 from openjarvis.runtime.torch.tokenizer import GgufTokenizer
-from openjarvis.runtime.types import ChatRequest, Completion, Request, StreamChunk, final_completion
+from openjarvis.runtime.types import (
+    ChatRequest,
+    Completion,
+    Request,
+    StreamChunk,
+    final_completion,
+    held_back,
+)
 
 __all__ = ["TorchEngine", "TorchSettings"]
 
@@ -153,8 +160,6 @@ class TorchEngine:
         return final_completion(self.stream(request))
 
     def stream(self, request: Request) -> Iterator[StreamChunk]:
-        from openjarvis.runtime.llamacpp import _held_back
-
         if request.temperature > 0:
             raise UserError("the torch engine decodes greedily: use temperature 0")
         if request.json_schema is not None:
@@ -191,7 +196,7 @@ class TorchEngine:
                 )
                 if cut >= 0:
                     text, finish_reason = text[:cut], "stop"
-                safe = len(text) - _held_back(text, request.stop)
+                safe = len(text) - held_back(text, request.stop)
                 if safe > emitted:
                     yield StreamChunk(text[emitted:safe], time_s)
                     emitted = safe
