@@ -82,3 +82,22 @@ def test_generate_times_tokens_and_honours_stop_sequences(engine: TorchEngine) -
     assert stopped.finish_reason == "stop"
     assert stopped.text == free.text[: free.text.index(words[1])]
     assert stopped.completion_tokens < free.completion_tokens
+
+
+def test_sampling_is_reproducible_from_its_seed_and_differs_from_greedy(
+    engine: TorchEngine,
+) -> None:
+    """Temperature above 0 draws from the model's distribution (an OpenAI client sends 1.0 by
+    default): the same seed gives the same text, other seeds other texts."""
+    prompt = "Write a short story about a robot:"
+
+    def text(temperature: float, seed: int | None) -> str:
+        request = GenerationRequest(prompt, max_tokens=16, temperature=temperature, seed=seed)
+        return engine.generate(request).text
+
+    greedy = text(0.0, None)
+    first = text(1.0, 7)
+    assert text(1.0, 7) == first
+    others = {text(1.0, seed) for seed in (8, 9, 10)}
+    assert len(others | {first}) > 1, "four seeds gave one text: not sampling"
+    assert any(sample != greedy for sample in others | {first})

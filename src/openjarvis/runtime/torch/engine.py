@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -128,9 +128,15 @@ class TorchEngine:
     # ---- token level (benchmarks use this directly) --------------------------------------
 
     def generate_tokens(
-        self, prompt: list[int], max_tokens: int, stop_tokens: frozenset[int] = frozenset()
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        stop_tokens: frozenset[int] = frozenset(),
+        temperature: float = 0.0,
+        seed: int | None = None,
     ) -> Iterator[tuple[int, float]]:
-        """Greedy decode: yields (token, arrival time on time.monotonic()) one by one."""
+        """Decode, greedily at temperature 0 (else sampled with `seed`): yields (token, arrival
+        time on time.monotonic()) one by one."""
         if not prompt:
             raise UserError("the prompt is empty: nothing to continue")
         if len(prompt) + max_tokens > self.config.max_seq_len:
@@ -139,12 +145,13 @@ class TorchEngine:
                 f"context of {self.config.max_seq_len}; raise max_seq_len or lower max_tokens"
             )
         rank = self._rank
-        token = rank.command(_PREFILL, prompt, 0)
+        pick = _picker(temperature, seed, rank.step_logits)
+        token = pick(rank.command(_PREFILL, prompt, 0))
         for position in range(len(prompt), len(prompt) + max_tokens):
             yield token, time.monotonic()
             if token in stop_tokens or position == len(prompt) + max_tokens - 1:
                 return
-            token = rank.command(_DECODE, [token], position)
+            token = pick(rank.command(_DECODE, [token], position))
 
     def logits(self, prompt: list[int]) -> torch.Tensor:
         """Float32 logits at every prompt position, [len(prompt), vocab], on the CPU: for
@@ -160,8 +167,6 @@ class TorchEngine:
         return final_completion(self.stream(request))
 
     def stream(self, request: Request) -> Iterator[StreamChunk]:
-        if request.temperature > 0:
-            raise UserError("the torch engine decodes greedily: use temperature 0")
         if request.json_schema is not None:
             raise UserError("the torch engine has no JSON-schema grammar: use the llama.cpp engine")
         tokenizer = self.tokenizer
@@ -181,7 +186,7 @@ class TorchEngine:
             finish_reason = "length"
             longest_stop = max((len(stop) for stop in request.stop), default=0)
             for token, time_s in self.generate_tokens(
-                prompt, request.max_tokens, tokenizer.end_tokens
+                prompt, request.max_tokens, tokenizer.end_tokens, request.temperature, request.seed
             ):
                 if token in tokenizer.end_tokens:
                     finish_reason = "stop"
@@ -295,6 +300,10 @@ class _Rank:
         self.token = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self.position = torch.zeros(1, dtype=torch.long, device=self.device)
         self.next_token = torch.zeros(1, dtype=torch.long, device=self.device)
+        # The last position's logits of every step, for sampling on rank 0 (float32, [vocab]).
+        self.step_logits = torch.zeros(
+            self.model.config.vocab_size, dtype=torch.float32, device=self.device
+        )
         self.last_logits: torch.Tensor | None = None
         self.decode_step = self._decode_step
         if settings.compile:
@@ -306,8 +315,9 @@ class _Rank:
             self._capture()
 
     def _decode_step(self) -> None:
-        logits = self.model(self.token, self.position)  # [1, 1, vocab]
-        self.next_token.copy_(logits[0, -1].argmax())
+        logits = self.model(self.token, self.position)[0, -1]  # [vocab]
+        self.step_logits.copy_(logits)
+        self.next_token.copy_(logits.argmax())
 
     @torch.inference_mode()
     def _capture(self) -> None:
@@ -343,6 +353,7 @@ class _Rank:
             logits = self.model(ids, positions, last_only=op == _PREFILL)
             if op == _LOGITS:
                 self.last_logits = logits[0].float().cpu()
+            self.step_logits.copy_(logits[0, -1])
             return int(logits[0, -1].argmax())
         self.token.fill_(tokens[0])
         self.position.fill_(position)
@@ -417,6 +428,21 @@ def _follow(rank: int, spec: _Spec) -> None:
         follower.follow()
     finally:
         follower.close()
+
+
+def _picker(temperature: float, seed: int | None, logits: torch.Tensor) -> Callable[[int], int]:
+    """How the next token is chosen from a step: the greedy token at temperature 0, else a draw
+    from softmax(logits / temperature) with its own generator (reproducible given `seed`)."""
+    if temperature <= 0:
+        return lambda greedy: greedy
+    generator = torch.Generator(logits.device)
+    generator.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "little"))
+
+    def sample(greedy: int) -> int:
+        probabilities = torch.softmax(logits / temperature, dim=-1)
+        return int(torch.multinomial(probabilities, 1, generator=generator))
+
+    return sample
 
 
 def _free_port() -> int:
