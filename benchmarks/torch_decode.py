@@ -22,7 +22,7 @@ def run_one(
     tp: int,
     all_reduce: str,
     graphs: bool,
-    compiled: bool,
+    compiled: str,  # "eager", "compiled" or "autotune" (compiled, matmuls tuned too)
     device: str,
     tokens: int,
     prompt: int,
@@ -41,7 +41,8 @@ def run_one(
         tp=tp,
         all_reduce=all_reduce,  # type: ignore[arg-type]
         cuda_graphs=graphs,
-        compile=compiled,
+        compile=compiled != "eager",
+        compile_mode="max-autotune-no-cudagraphs" if compiled == "autotune" else "default",
         max_seq_len=prompt + tokens + 16,
     )
     started = time.monotonic()
@@ -123,14 +124,14 @@ def main() -> None:
         "--configurations",
         default="1:nccl:graphs:eager,1:nccl:graphs:compiled,{tp}:nccl:graphs:compiled,"
         "{tp}:auto:graphs:compiled",
-        help="comma-separated tp:all_reduce:graphs|nograph:compiled|eager",
+        help="comma-separated tp:all_reduce:graphs|nograph:eager|compiled|autotune",
     )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # one configuration, in a child
     args = parser.parse_args()
     if args.one:
         tp, all_reduce, graphs, compiled = args.one.split(":")
         run_one(
-            args.preset, int(tp), all_reduce, graphs == "graphs", compiled == "compiled",
+            args.preset, int(tp), all_reduce, graphs == "graphs", compiled,
             args.device, args.tokens, args.prompt,
         )  # fmt: skip
         return
@@ -146,7 +147,10 @@ def main() -> None:
             print(f"{r['configuration']:<28} failed")
             continue
         graph = "graph" if r["settings"]["cuda_graph"] else "nograph"
-        compiled = "compiled" if r["settings"]["compile"] else "eager"
+        compiled = "eager"
+        if r["settings"]["compile"]:
+            autotuned = r["settings"]["compile_mode"] != "default"
+            compiled = "autotune" if autotuned else "compiled"
         name = f"tp{r['tp']}:{r['all_reduce']}:{graph}:{compiled}"
         mbu = f"{r['mbu']:.2f}" if r["mbu"] else "—"
         joules = r.get("joules_per_token")

@@ -47,6 +47,9 @@ class TorchSettings:
     # torch.compile the decode step (fusing norms, RoPE, residuals: fewer, larger kernels).
     # None: on the GPU, off on the CPU (where inductor's C++ build costs more than it saves).
     compile: bool | None = None
+    # torch.compile's mode for that step: "max-autotune-no-cudagraphs" also tunes the matmuls
+    # (minutes longer to start); never a mode with CUDA graphs: the engine captures its own.
+    compile_mode: str = "default"
     # "auto": our peer all-reduce where the size table says it beats NCCL, else NCCL.
     all_reduce: AllReduceChoice = "auto"
     seed: int = 0  # random-weights mode only
@@ -309,7 +312,9 @@ class _Rank:
         if settings.compile:
             # One graph for the whole step (the collectives are registered operators); static
             # shapes: a decode step is always one token. Compiled on its first call.
-            self.decode_step = torch.compile(self._decode_step, fullgraph=True, dynamic=False)
+            self.decode_step = torch.compile(
+                self._decode_step, fullgraph=True, dynamic=False, mode=settings.compile_mode
+            )
         self.graph: torch.cuda.CUDAGraph | None = None
         if self.device.type == "cuda" and settings.cuda_graphs:
             self._capture()
