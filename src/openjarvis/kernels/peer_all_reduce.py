@@ -13,7 +13,7 @@ from torch import Tensor
 
 from openjarvis.kernels.checks import check_message
 
-__all__ = ["PeerAllReduce"]
+__all__ = ["MAX_WORLD_SIZE", "PeerAllReduce", "signal_pad_bytes", "symmetric_buffers"]
 
 MAX_WORLD_SIZE = 8  # one NVLink domain of a typical server
 _OLD_PAD_BYTES = 2048  # torch's signal pad before its size became configurable
@@ -123,6 +123,29 @@ def _one_shot_all_reduce(
     tl.store(epochs + program, epoch)
 
 
+def signal_pad_bytes() -> int:
+    """Bytes of each rank's signal pad in a symmetric-memory allocation."""
+    return int(getattr(symmetric_memory, "get_signal_pad_size", lambda: _OLD_PAD_BYTES)())
+
+
+def symmetric_buffers(
+    group: dist.ProcessGroup, device: torch.device, dtype: torch.dtype, elements: int
+) -> tuple[Tensor, tuple[Tensor, ...], Tensor]:
+    """Our buffer of `elements` in symmetric memory, every rank's buffer as seen from here (in
+    rank order), and the addresses of every rank's signal pad ([WORLD] int64 on `device`)."""
+    if dist.get_world_size(group) > MAX_WORLD_SIZE:
+        raise ValueError(f"the peer kernels support up to {MAX_WORLD_SIZE} GPUs")
+    if hasattr(symmetric_memory, "enable_symm_mem_for_group"):  # needed before torch 2.10
+        symmetric_memory.enable_symm_mem_for_group(group.group_name)
+    own = symmetric_memory.empty(elements, dtype=dtype, device=device)
+    handle = symmetric_memory.rendezvous(own, group.group_name)
+    buffers = tuple(
+        handle.get_buffer(peer, (elements,), dtype) for peer in range(dist.get_world_size(group))
+    )
+    pads = torch.tensor(handle.signal_pad_ptrs, dtype=torch.int64, device=device)
+    return own, buffers, pads
+
+
 class PeerAllReduce:
     """In-place sum over the group, for messages up to `max_bytes`, launched after checks."""
 
@@ -131,23 +154,15 @@ class PeerAllReduce:
     ) -> None:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
-        if self.world_size > MAX_WORLD_SIZE:
-            raise ValueError(f"the peer all-reduce supports up to {MAX_WORLD_SIZE} GPUs")
         self.device = device
         self.dtype = dtype
         self.max_bytes = max_bytes
         self.capacity = max_bytes // (torch.finfo(dtype).bits // 8)
-        if hasattr(symmetric_memory, "enable_symm_mem_for_group"):  # needed before torch 2.10
-            symmetric_memory.enable_symm_mem_for_group(group.group_name)
-        self.buffer = symmetric_memory.empty(2 * self.capacity, dtype=dtype, device=device)
-        handle = symmetric_memory.rendezvous(self.buffer, group.group_name)
-        self.buffers = tuple(
-            handle.get_buffer(peer, (2 * self.capacity,), dtype) for peer in range(self.world_size)
+        self.buffer, self.buffers, self.pads = symmetric_buffers(
+            group, device, dtype, 2 * self.capacity
         )
-        self.pads = torch.tensor(handle.signal_pad_ptrs, dtype=torch.int64, device=device)
-        pad_bytes = getattr(symmetric_memory, "get_signal_pad_size", lambda: _OLD_PAD_BYTES)()
         # One uint32 slot per (program, peer) in each pad, zeroed by torch at allocation.
-        self.programs_max = min(132, pad_bytes // 4 // self.world_size)
+        self.programs_max = min(132, signal_pad_bytes() // 4 // self.world_size)
         self.epochs = torch.zeros(self.programs_max, dtype=torch.int32, device=device)
 
     def __call__(self, x: Tensor) -> Tensor:
