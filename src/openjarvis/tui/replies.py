@@ -18,7 +18,7 @@ from openjarvis.tui.widgets import ContextPrompt, HistoryInput, ReplyView
 
 __all__ = ["FLUSH_S", "ReplyApp"]
 
-FLUSH_S = 0.1  # streamed text reaches the screen at most this late
+FLUSH_S = 0.25  # streamed text reaches the screen at most this late
 
 
 class ReplyApp(ChatApp):
