@@ -73,24 +73,40 @@ exec(compile(source, "program.py", "exec"), {"__name__": "__main__"})
 write(marker_fd, b"finished\\n")
 """
 
-# Runs as pid 1 of fresh pid/mount/net namespaces: makes every mount read-only, gives the
-# program private tmpfs scratch space, then drops to the sandbox uid ("-" keeps the current one)
-# with no capabilities and SIGKILL when unshare dies (setpriv re-arms it after the uid change).
-_NAMESPACE_SCRIPT = """\
-set -euf
-uid=$1; size=$2; shift 2
-for m in $(cut -d' ' -f5 /proc/self/mountinfo); do
-  mount -o remount,bind,ro "$(printf %b "$m")"
-done
-for d in /tmp /var/tmp /dev/shm /run; do
-  if [ -d "$d" ]; then mount -t tmpfs -o "size=$size,mode=1777,nosuid,nodev" sandbox "$d"; fi
-done
-mkdir -m 700 /tmp/work
-cd /tmp/work
-set -- --no-new-privs --bounding-set -all --inh-caps -all --pdeathsig SIGKILL -- "$@"
-if [ "$uid" = - ]; then exec setpriv "$@"; fi
-chown "$uid:$uid" /tmp/work
-exec setpriv --reuid "$uid" --regid "$uid" --clear-groups "$@"
+# Runs as pid 1 of fresh pid/mount/net namespaces: makes every mount read-only (keeping the
+# flags a user namespace may not clear), gives the program private tmpfs scratch space, then
+# hands over to setpriv, which drops to the sandbox uid ("-" keeps the current one) with no
+# capabilities and SIGKILL when unshare dies. One interpreter and mount(2) calls, instead of a
+# shell starting one `mount` process per mount point (78 ms per program against 38 for
+# bubblewrap, measured on the 2-core VM of docs/benchmarks.md).
+_NAMESPACE_SETUP = """\
+import codecs, ctypes, os, sys
+uid, size = sys.argv[1], sys.argv[2]
+command = sys.argv[3:]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
+KEPT = {b"nosuid": 2, b"nodev": 4, b"noexec": 8, b"noatime": 1024, b"nodiratime": 2048,
+        b"relatime": 1 << 21, b"strictatime": 1 << 24}
+def mount(source, target, kind, flags, data):
+    if libc.mount(source, target, kind, flags, data) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error), target)
+with open("/proc/self/mountinfo", "rb") as table:
+    mounts = [line.split(b" ") for line in table]
+for fields in mounts:
+    target = codecs.escape_decode(fields[4])[0]
+    kept = sum(KEPT.get(option, 0) for option in fields[5].split(b","))
+    mount(None, target, None, 32 | 4096 | 1 | kept, None)  # MS_REMOUNT | MS_BIND | MS_RDONLY
+for folder in (b"/tmp", b"/var/tmp", b"/dev/shm", b"/run"):
+    if os.path.isdir(folder):
+        mount(b"sandbox", folder, b"tmpfs", 2 | 4, b"size=%s,mode=1777" % size.encode())
+os.mkdir("/tmp/work", 0o700)
+os.chdir("/tmp/work")
+drop = ["--no-new-privs", "--bounding-set", "-all", "--inh-caps", "-all", "--pdeathsig", "SIGKILL"]
+if uid != "-":
+    os.chown("/tmp/work", int(uid), int(uid))
+    drop += ["--reuid", uid, "--regid", uid, "--clear-groups"]
+os.execvp("setpriv", ["setpriv", *drop, "--", *command])
 """
 
 
@@ -204,9 +220,9 @@ class Sandbox:
             flags = "--net --pid --ipc --uts --mount --fork --kill-child --mount-proc"
             if uid is None:
                 flags = "--user --map-root-user " + flags
-            script_args = ["sh", "-" if uid is None else str(uid), str(self.scratch_size_bytes)]
-            return [self.launcher, *flags.split(), "--", "/bin/sh", "-c", _NAMESPACE_SCRIPT,
-                    *script_args]  # fmt: skip
+            setup = [self.python, "-I", "-S", "-B", "-c", _NAMESPACE_SETUP]
+            setup += ["-" if uid is None else str(uid), str(self.scratch_size_bytes)]
+            return [self.launcher, *flags.split(), "--", *setup]
         return []
 
     def _nproc_limit(self, uid: int | None) -> int:
