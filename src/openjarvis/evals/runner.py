@@ -3,6 +3,7 @@ them in the sandbox, and save each task to the store at once.
 """
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -211,7 +212,8 @@ def _execute(
         store.finish_run(run_id, "failed", None)
         raise
     # Figures come from the stored results, so a resumed run counts every task exactly once.
-    figures = compute_figures([task_figures(r) for r in store.task_results(run_id)])
+    results = store.task_results(run_id)
+    figures = compute_figures([task_figures(r) for r in results])
     mbu = [c.memory_bandwidth_utilisation for c in seen if c.memory_bandwidth_utilisation]
     mbu_median = float(np.median(mbu)) if mbu else None
     costs = [c.cost_usd for c in seen]
@@ -228,7 +230,7 @@ def _execute(
         figures=figures,
         energy_scope=spec.scope,
         energy_method=_energy_method(meter, engine),
-        energy_note=_energy_note(meter, engine),
+        energy_note=_energy_note(meter, engine, results),
         sandbox_isolation=sandbox.isolation,
         sandbox_note=sandbox.isolation_note,
         unavailable_sources=[
@@ -366,14 +368,25 @@ def _energy_method(meter: Meter, engine: Engine) -> str | None:
     return meter.method if engine.kind in LOCAL_ENGINE_KINDS else "estimate"
 
 
-def _energy_note(meter: Meter, engine: Engine) -> str | None:
+def _energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -> str | None:
+    """Why energy is estimated, missing, or unknown for some tasks; None when all is measured."""
+    notes = []
     if engine.kind not in LOCAL_ENGINE_KINDS:
-        return (
+        notes.append(
             "energy is an estimate from token counts and data/cloud_energy.csv "
             "(energy per token, PUE), not a measurement"
         )
-    if meter.method == "estimate":
-        return "energy is an estimate from CPU utilisation and a TDP model, not a measurement"
-    if meter.method is None:
-        return "no energy source in scope: figures are null"
-    return None
+    elif meter.method == "estimate":
+        notes.append(
+            "energy is an estimate from CPU utilisation and a TDP model, not a measurement"
+        )
+    elif meter.method is None:
+        notes.append("no energy source in scope: figures are null")
+    unknown = Counter(r.energy_null_reason or "unknown" for r in results if r.energy_j is None)
+    if unknown and meter.method is not None:
+        reasons = ", ".join(f"{count} {reason}" for reason, count in unknown.most_common())
+        notes.append(
+            f"energy unknown for {sum(unknown.values())} of {len(results)} tasks ({reasons}), "
+            "so the run's energy figures are null"
+        )
+    return "; ".join(notes) or None
