@@ -167,3 +167,24 @@ def test_host_labels_tell_machines_apart_by_hardware() -> None:
     legacy = make_host("vm", gpus=("nvml:GPU-aaaa",))
     assert host_label(run_on(legacy)) == "vm · 1 GPU"
     assert host_label(run_on(None)) == "unknown host"
+
+
+def test_a_run_without_energy_figures_is_listed_and_said_not_drawn(
+    db: str, two_machines, tmp_path: Path
+) -> None:
+    """A complete run whose energy is unknown for some task has accuracy but no energy figures:
+    the report names it instead of dropping it from the energy plots silently."""
+    with open_store(db) as store:
+        run = store.get_run(two_machines["wasteful"])
+        assert run is not None and run.summary is not None
+        unknown = {"value": None, "low": None, "high": None, "null_reason": "energy-unknown"}
+        summary = {**run.summary, "mean_energy_j": unknown, "accuracy_per_joule": unknown}
+        store.finish_run(two_machines["wasteful"], "complete", summary)
+    out = tmp_path / "report"
+    code, _, error = ipw("report", "--db", db, "--out", str(out))
+    assert code == 0, error
+    markdown = (out / "report.md").read_text()
+    assert f"1 run(s) without energy figures ({two_machines['wasteful'][:8]}" in markdown
+    document = json.loads((out / "report.json").read_text())
+    frontier_ids = {i for members in document["pareto_frontiers"].values() for i in members}
+    assert two_machines["wasteful"] not in frontier_ids

@@ -75,6 +75,13 @@ def _notes(data: ReportData) -> list[str]:
     unplotted = len(data.runs) - len(_plotted(data))
     if unplotted:
         notes.append(f"{unplotted} run(s) have no figures (not complete): listed, not plotted.")
+    no_energy = [run for run in _plotted(data) if figure(run, "mean_energy_j")[0] is None]
+    if no_energy:
+        ids = ", ".join((run.id or "")[:8] for run in no_energy)
+        notes.append(
+            f"{len(no_energy)} run(s) without energy figures ({ids}: energy unknown for some "
+            "of their tasks, see `ipw show`): listed, not drawn where energy is."
+        )
     if any(is_estimate(run) for run in data.runs):
         notes.append(
             "Energy marked 'est.', hollow markers and hatched bars is estimated from a model "
