@@ -10,7 +10,7 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from openjarvis.store.models import PowerTraceChunk, Run, TaskResult
-from openjarvis.store.store import Store, _host_id, _model_id
+from openjarvis.store.store import Store, run_row
 
 __all__ = ["MergeCounts", "merge_into"]
 
@@ -63,28 +63,7 @@ def _progress(session: Session, run_id: str) -> tuple[bool, int] | None:
 
 
 def _copy_run(reading: Session, writing: Session, run_id: str) -> None:
-    run = reading.get_one(Run, run_id)
-    record = run.to_record()
-    writing.add(
-        Run(
-            id=run.id,
-            host_id=_host_id(writing, record.host) if record.host is not None else None,
-            model_id=_model_id(writing, record),
-            engine=run.engine,
-            engine_settings=run.engine_settings,
-            suite=run.suite,
-            options=run.options,
-            state=run.state,
-            started_at=run.started_at,
-            finished_at=run.finished_at,
-            tool_version=run.tool_version,
-            energy_scope=run.energy_scope,
-            energy_method=run.energy_method,
-            sandbox_isolation=run.sandbox_isolation,
-            idle_power_w=run.idle_power_w,
-            summary=run.summary,
-        )
-    )
+    writing.add(run_row(writing, reading.get_one(Run, run_id).to_record(), run_id))
     writing.flush()  # the run row must exist before its tasks reference it
     tasks = reading.scalars(
         select(TaskResult).where(TaskResult.run_id == run_id).order_by(TaskResult.id)

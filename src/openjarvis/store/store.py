@@ -7,6 +7,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import TracebackType
@@ -74,27 +75,10 @@ class Store:
             raise ValueError(f"a new run starts in state 'running', not {run.state!r}")
         run_id = uuid.uuid4().hex
 
+        started = replace(run, started_at=datetime.now(UTC), finished_at=None)
+
         def write(session: Session) -> None:
-            session.add(
-                Run(
-                    id=run_id,
-                    host_id=_host_id(session, run.host) if run.host is not None else None,
-                    model_id=_model_id(session, run),
-                    engine=run.engine,
-                    engine_settings=run.engine_settings,
-                    suite=run.suite,
-                    options=run.options,
-                    state="running",
-                    started_at=datetime.now(UTC),
-                    finished_at=None,
-                    tool_version=run.tool_version,
-                    energy_scope=run.energy_scope,
-                    energy_method=run.energy_method,
-                    sandbox_isolation=run.sandbox_isolation,
-                    idle_power_w=run.idle_power_w,
-                    summary=run.summary,
-                )
-            )
+            session.add(run_row(session, started, run_id))
 
         self._write_retrying_races(write)
         return run_id
@@ -249,6 +233,29 @@ def _existing_run(session: Session, run_id: str) -> Run:
     if run is None:
         raise ValueError(f"no run {run_id} in the store")
     return run
+
+
+def run_row(session: Session, run: RunRecord, run_id: str) -> Run:
+    """The row of `run` as the record has it (state, times, figures), with its host and model
+    rows found or added: for new runs and for runs merged from another database."""
+    return Run(
+        id=run_id,
+        host_id=_host_id(session, run.host) if run.host is not None else None,
+        model_id=_model_id(session, run),
+        engine=run.engine,
+        engine_settings=run.engine_settings,
+        suite=run.suite,
+        options=run.options,
+        state=run.state,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        tool_version=run.tool_version,
+        energy_scope=run.energy_scope,
+        energy_method=run.energy_method,
+        sandbox_isolation=run.sandbox_isolation,
+        idle_power_w=run.idle_power_w,
+        summary=run.summary,
+    )
 
 
 def _host_id(session: Session, host: HostRecord) -> int:
