@@ -2,7 +2,7 @@
 energy (per source, with method), so `ipw` can show the joules of a coding session afterwards.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 
 from sqlalchemy import JSON, Boolean, Float, Integer, String, select
@@ -64,27 +64,12 @@ class RequestLog(Base):
     cost_usd: Mapped[float | None] = mapped_column(Float)
 
     def to_record(self) -> RequestLogRecord:
-        return RequestLogRecord(
-            endpoint=self.endpoint,
-            model_name=self.model_name,
-            engine=self.engine,
-            stream=self.stream,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            finish_reason=self.finish_reason,
-            wall_s=self.wall_s,
-            ttft_s=self.ttft_s,
-            decode_tokens_per_s=self.decode_tokens_per_s,
-            energy_j=self.energy_j,
-            net_energy_j=self.net_energy_j,
-            energy_method=self.energy_method,
-            energy_scope=self.energy_scope,
-            energy_null_reason=self.energy_null_reason,
-            energy_sources=list(self.energy_sources),
-            cost_usd=self.cost_usd,
-            started_at=self.started_at,
-            id=self.id,
-        )
+        values = {name: getattr(self, name) for name in _FIELDS}
+        return RequestLogRecord(**{**values, "energy_sources": list(self.energy_sources)})
+
+
+# The record's fields are the table's columns, by name.
+_FIELDS = tuple(f.name for f in fields(RequestLogRecord))
 
 
 # The Store keeps its session factory private to the package; these functions are its peers.
@@ -93,26 +78,10 @@ class RequestLog(Base):
 def log_request(store: Store, record: RequestLogRecord) -> int:
     """Save one request and commit at once; returns its id."""
     with store._session() as session:
-        row = RequestLog(
-            started_at=record.started_at or datetime.now(UTC),
-            endpoint=record.endpoint,
-            model_name=record.model_name,
-            engine=record.engine,
-            stream=record.stream,
-            prompt_tokens=record.prompt_tokens,
-            completion_tokens=record.completion_tokens,
-            finish_reason=record.finish_reason,
-            wall_s=record.wall_s,
-            ttft_s=record.ttft_s,
-            decode_tokens_per_s=record.decode_tokens_per_s,
-            energy_j=record.energy_j,
-            net_energy_j=record.net_energy_j,
-            energy_method=record.energy_method,
-            energy_scope=record.energy_scope,
-            energy_null_reason=record.energy_null_reason,
-            energy_sources=list(record.energy_sources),
-            cost_usd=record.cost_usd,
-        )
+        values = {name: getattr(record, name) for name in _FIELDS if name != "id"}
+        values["started_at"] = record.started_at or datetime.now(UTC)
+        values["energy_sources"] = list(record.energy_sources)
+        row = RequestLog(**values)
         session.add(row)
         session.flush()
         return row.id
