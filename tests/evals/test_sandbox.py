@@ -103,6 +103,24 @@ def test_program_that_runs_to_its_end_passes(sandbox: Sandbox) -> None:
     assert 0 < result.duration_s < TIMEOUT_S
 
 
+def test_the_program_runs_in_another_process_never_in_ours(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's exec() runs in the sandbox's child: the program sees another pid and none
+    of this process's state, and its changes to the interpreter do not reach us."""
+    import builtins
+
+    monkeypatch.setattr(builtins, "_openjarvis_harness_mark", True, raising=False)
+    source = (
+        "import builtins, os\n"
+        f"assert os.getpid() != {os.getpid()}\n"
+        "assert not hasattr(builtins, '_openjarvis_harness_mark')\n"
+        "builtins._openjarvis_program_mark = True\n"
+    )
+    assert sandbox.run_python(source, TIMEOUT_S).passed
+    assert not hasattr(builtins, "_openjarvis_program_mark")
+
+
 @pytest.mark.parametrize(
     ("source", "expected_in_detail"),
     [
