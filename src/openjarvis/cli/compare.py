@@ -11,12 +11,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from openjarvis.cli.results import DatabaseOption, JsonOption
+from openjarvis.cli.results import DatabaseOption, JsonOption, interval_text
 from openjarvis.errors import UserError
 from openjarvis.evals.metrics import (
     COMPARED_FIGURES,
     Comparison,
-    Estimate,
     RunFigures,
     compare_figures,
     compute_figures,
@@ -24,7 +23,6 @@ from openjarvis.evals.metrics import (
 )
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
-    format_interval,
     host_label,
     is_estimate,
     model_label,
@@ -98,10 +96,6 @@ def _marked(text: str, figure: str, estimated: bool) -> str:
     return f"{text} est." if estimated and needs_energy and text != "—" else text
 
 
-def _interval(estimate: Estimate) -> str:
-    return format_interval(estimate.value, estimate.low, estimate.high)
-
-
 def _table(
     records: list[RunRecord], figures: list[RunFigures], comparisons: list[Comparison]
 ) -> Table:
@@ -121,11 +115,13 @@ def _table(
     table.add_row("tasks", *[str(f.tasks) for f in figures], *[""] * len(comparisons))
     for name in COMPARED_FIGURES:
         values = [
-            _marked(_interval(getattr(f, name)), name, is_estimate(record))
+            _marked(interval_text(getattr(f, name)), name, is_estimate(record))
             for record, f in zip(records, figures, strict=True)
         ]
         ratios = [
-            _marked(_interval(c.ratios[name]), name, is_estimate(record) or is_estimate(baseline))
+            _marked(
+                interval_text(c.ratios[name]), name, is_estimate(record) or is_estimate(baseline)
+            )
             for record, c in zip(records[1:], comparisons, strict=True)
         ]
         table.add_row(FIGURE_COLUMNS[name], *values, *ratios)

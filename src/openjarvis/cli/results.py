@@ -27,7 +27,14 @@ from openjarvis.report.runs import (
 )
 from openjarvis.store import RunRecord, TaskResultRecord, open_store
 
-__all__ = ["DatabaseOption", "JsonOption", "parse_since", "runs_command", "show_command"]
+__all__ = [
+    "DatabaseOption",
+    "JsonOption",
+    "interval_text",
+    "parse_since",
+    "runs_command",
+    "show_command",
+]
 
 DatabaseOption = Annotated[
     str | None, typer.Option("--db", help="Database URL or path (or OPENJARVIS_DB)")
@@ -166,7 +173,8 @@ def _metadata_table(run: RunRecord) -> Table:
     return table
 
 
-def _interval(estimate: Estimate) -> str:
+def interval_text(estimate: Estimate) -> str:
+    """An estimate as every `ipw` table shows it: `value [low, high]`, or `—`."""
     return format_interval(estimate.value, estimate.low, estimate.high)
 
 
@@ -176,14 +184,14 @@ def _figures_table(run: RunRecord, figures: RunFigures) -> Table:
     table.add_column("value [95 % interval]", justify="right")
     for name, heading in FIGURE_COLUMNS.items():
         estimate = getattr(figures, name)
-        text = _interval(estimate)
+        text = interval_text(estimate)
         table.add_row(heading, text if name == "accuracy" else mark_estimate(text, run))
         if name == "accuracy":
             for k, estimate in figures.pass_at_k.items():
                 if k > 1:  # pass@1 is the accuracy
-                    table.add_row(f"pass@{k}", _interval(estimate))
+                    table.add_row(f"pass@{k}", interval_text(estimate))
     table.add_row(
-        "J per solved task", mark_estimate(_interval(figures.joules_per_solved_task), run)
+        "J per solved task", mark_estimate(interval_text(figures.joules_per_solved_task), run)
     )
     table.add_row("decode tokens/s (median)", format_value(figures.decode_tokens_per_s))
     table.add_row(
