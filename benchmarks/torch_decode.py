@@ -1,10 +1,12 @@
 """Batch-1 decode of the torch engine, random weights of a preset shape: 1 GPU without and
-with torch.compile, N GPUs with NCCL, N GPUs with our all-reduce; tokens/s, GB/s, MBU, TTFT and
-joules per token (NVML).
+with torch.compile, N GPUs with NCCL, N GPUs with our all-reduce (and the fused decode GEMV);
+tokens/s, GB/s, MBU, TTFT and joules per token (NVML).
 
 `NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
  PYTHONPATH=src python3 benchmarks/torch_decode.py --preset llama-3-8b --out decode.json`
-Each configuration runs in a fresh process (a clean CUDA and NCCL state).
+Each configuration runs in a fresh process (a clean CUDA and NCCL state). With `--profile`,
+rank 0's GPU is also traced over some decode steps: kernels per step, the time they run, and
+how much of a step the GPU sits between kernels (where a step's time goes).
 """
 
 import argparse
@@ -12,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 __all__ = ["main"]
@@ -23,9 +26,11 @@ def run_one(
     all_reduce: str,
     graphs: bool,
     compiled: str,  # "eager", "compiled" or "autotune" (compiled, matmuls tuned too)
+    fused_gemv: str,  # "off", "auto" or "on"
     device: str,
     tokens: int,
     prompt: int,
+    profile: bool,
 ) -> dict:
     import faulthandler
 
@@ -40,6 +45,7 @@ def run_one(
         device=device,
         tp=tp,
         all_reduce=all_reduce,  # type: ignore[arg-type]
+        fused_gemv=fused_gemv,  # type: ignore[arg-type]
         cuda_graphs=graphs,
         compile=compiled != "eager",
         compile_mode="max-autotune-no-cudagraphs" if compiled == "autotune" else "default",
@@ -88,16 +94,70 @@ def run_one(
         result["energy_method"] = energy.method
     if meter is not None:
         meter.close()
+    if profile and device == "cuda":
+        result["profile"] = _decode_profile(engine, ids)
     # Reported before the engine closes: a slow teardown must not lose the measurement.
     print("RESULT " + json.dumps(result), flush=True)
     engine.close()
     return result
 
 
+def _decode_profile(engine: object, ids: list[int], tokens: int = 40) -> dict:
+    """Rank 0's kernels over `tokens` decode steps, from a torch profiler trace: a step is the
+    kernels of one CUDA graph launch (they share its correlation id)."""
+    import tempfile
+    from collections import defaultdict
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        times = [t for _, t in engine.generate_tokens(ids, tokens)]  # type: ignore[attr-defined]
+    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
+        profiler.export_chrome_trace(trace.name)
+        events = json.loads(Path(trace.name).read_text()).get("traceEvents", [])
+    launches = {
+        e["args"]["correlation"]
+        for e in events
+        if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e.get("name", "")
+    }
+    steps: dict[int, list[dict]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "kernel" and e.get("args", {}).get("correlation") in launches:
+            steps[e["args"]["correlation"]].append(e)
+    if len(steps) < 3:
+        return {"error": f"{len(steps)} graph launches with kernels in the trace"}
+    ordered = sorted(steps.values(), key=lambda kernels: min(k["ts"] for k in kernels))[1:]
+    starts = [min(k["ts"] for k in kernels) for kernels in ordered]
+    spans = [max(k["ts"] + k["dur"] for k in ks) - min(k["ts"] for k in ks) for ks in ordered]
+    busy = [sum(k["dur"] for k in kernels) for kernels in ordered]
+    by_name: dict[str, float] = defaultdict(float)
+    count_by_name: dict[str, int] = defaultdict(int)
+    for kernels in ordered:
+        for k in kernels:
+            by_name[k["name"][:90]] += k["dur"] / len(ordered)
+            count_by_name[k["name"][:90]] += 1
+    top = sorted(by_name.items(), key=lambda item: -item[1])[:15]
+    period = [b - a for a, b in pairwise(starts)]
+    host_gap = [(b - a) * 1e6 for a, b in pairwise(times[1:])]
+    return {
+        "steps": len(ordered),
+        "kernels_per_step": sum(len(k) for k in ordered) / len(ordered),
+        "kernel_us_per_step": sum(busy) / len(busy),
+        "graph_span_us": sum(spans) / len(spans),
+        "step_period_us": sum(period) / len(period) if period else None,
+        "host_token_interval_us": sorted(host_gap)[len(host_gap) // 2] if host_gap else None,
+        "top_kernels": [
+            {"name": name, "us_per_step": us, "calls_per_step": count_by_name[name] / len(ordered)}
+            for name, us in top
+        ],
+    }
+
+
 def _run_child(args: argparse.Namespace, configuration: str) -> dict:
     command = [sys.executable, __file__, "--one", configuration]
     command += ["--preset", args.preset, "--tokens", str(args.tokens)]
     command += ["--prompt", str(args.prompt), "--device", args.device]
+    command += ["--profile"] if args.profile else []
     try:
         child = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
         stdout, stderr = child.stdout, child.stderr
@@ -124,15 +184,17 @@ def main() -> None:
         "--configurations",
         default="1:nccl:graphs:eager,1:nccl:graphs:compiled,{tp}:nccl:graphs:compiled,"
         "{tp}:auto:graphs:compiled",
-        help="comma-separated tp:all_reduce:graphs|nograph:eager|compiled|autotune",
+        help="comma-separated tp:all_reduce:graphs|nograph:eager|compiled|autotune[:gemv], "
+        "where gemv (the fused decode GEMV + all-reduce) is off (default), auto or on",
     )
+    parser.add_argument("--profile", action="store_true", help="trace rank 0's decode kernels")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # one configuration, in a child
     args = parser.parse_args()
     if args.one:
-        tp, all_reduce, graphs, compiled = args.one.split(":")
+        tp, all_reduce, graphs, compiled, *rest = args.one.split(":")
         run_one(
             args.preset, int(tp), all_reduce, graphs == "graphs", compiled,
-            args.device, args.tokens, args.prompt,
+            rest[0] if rest else "off", args.device, args.tokens, args.prompt, args.profile,
         )  # fmt: skip
         return
     configurations = args.configurations.format(tp=args.tp).split(",")
@@ -152,6 +214,8 @@ def main() -> None:
             autotuned = r["settings"]["compile_mode"] != "default"
             compiled = "autotune" if autotuned else "compiled"
         name = f"tp{r['tp']}:{r['all_reduce']}:{graph}:{compiled}"
+        if r["tp"] > 1:
+            name += f":gemv-{r['settings']['fused_gemv']}"
         mbu = f"{r['mbu']:.2f}" if r["mbu"] else "—"
         joules = r.get("joules_per_token")
         joules_text = f"{joules:.3f}" if joules else "—"
@@ -160,6 +224,24 @@ def main() -> None:
             f"{name:<28}{r['decode_tokens_per_s']:9.1f}{r['decode_gb_per_s']:9.0f}{mbu:>7}"
             f"{r['ttft_s'] * 1e3:9.1f}{joules_text:>8}{ratio:6.2f}x"
         )
+        if r["settings"].get("fused_gemv_table"):
+            print(f"    fused GEMV: {r['settings']['fused_gemv_table']}")
+    for r in results:
+        profile = r.get("profile")
+        if profile and "error" not in profile:
+            print(
+                f"\n{r['tp']} GPU(s), rank 0 per decode step: {profile['kernels_per_step']:.0f} "
+                f"kernels, {profile['kernel_us_per_step']:.0f} µs in kernels, graph span "
+                f"{profile['graph_span_us']:.0f} µs, step period {profile['step_period_us']:.0f}"
+                f" µs, host token interval {profile['host_token_interval_us']:.0f} µs"
+            )
+            for kernel in profile["top_kernels"]:
+                print(
+                    f"  {kernel['us_per_step']:8.1f} µs {kernel['calls_per_step']:5.0f}x "
+                    f"{kernel['name']}"
+                )
+        elif profile:
+            print(f"\nprofile of tp{r['tp']}: {profile['error']}")
 
 
 if __name__ == "__main__":

@@ -74,3 +74,29 @@ def test_world_size_one_pass_changes_nothing() -> None:
     ):
         assert torch.equal(a, b), name
     assert passed.layers[0].attention.n_heads == config.n_heads
+
+
+def test_row_parallel_layer_sends_one_token_to_the_fused_product_and_more_to_the_reduce() -> None:
+    from openjarvis.runtime.torch.parallel import RowParallelLinear
+
+    calls: list[str] = []
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        calls.append("reduce")
+        return x * 2  # stands in for the sum over two processes
+
+    def fused(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        calls.append("fused")
+        return (weight @ x.reshape(-1)) * 2
+
+    layer = RowParallelLinear(8, 4, reduce, fused, torch.device("cpu"), torch.float32)
+    one_token, prompt = torch.randn(1, 1, 8), torch.randn(1, 3, 8)
+    expected_one = torch.nn.functional.linear(one_token, layer.weight) * 2
+    assert torch.allclose(layer(one_token), expected_one)
+    assert layer(one_token).shape == (1, 1, 4)
+    assert layer(prompt).shape == (1, 3, 4)
+    assert calls == ["fused", "fused", "reduce"]
+    unfused = RowParallelLinear(8, 4, reduce, None, torch.device("cpu"), torch.float32)
+    calls.clear()
+    unfused(one_token)
+    assert calls == ["reduce"]

@@ -35,6 +35,7 @@ from openjarvis.runtime.types import (
 __all__ = ["TorchEngine", "TorchSettings"]
 
 AllReduceChoice = Literal["auto", "nccl", "peer"]
+FusedGemvChoice = Literal["auto", "on", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,9 @@ class TorchSettings:
     compile_mode: str = "default"
     # "auto": our peer all-reduce where the size table says it beats NCCL, else NCCL.
     all_reduce: AllReduceChoice = "auto"
+    # One token's attention-out and MLP-down products fused with their all-reduce (our peer
+    # kernel): "auto" where timed faster at start-up, per shape; needs the peer all-reduce.
+    fused_gemv: FusedGemvChoice = "auto"
     seed: int = 0  # random-weights mode only
 
     def resolved(self) -> "TorchSettings":
@@ -123,6 +127,7 @@ class TorchEngine:
             **asdict(self.settings),
             "cuda_graph": self._rank.graph is not None,
             "all_reduce_table": self._rank.all_reduce_table,
+            "fused_gemv_table": self._rank.fused_gemv_table,
             "memory_bandwidth_gb_per_s": self.bandwidth_bytes_per_s / 1e9
             if self.bandwidth_bytes_per_s
             else None,
@@ -280,7 +285,9 @@ class _Rank:
             torch.cuda.set_device(self.device)
         dtype = getattr(torch, settings.dtype)
         self.all_reduce_table: dict[str, str] | None = None
+        self.fused_gemv_table: dict[str, str] | None = None
         shard = None
+        decode_gemvs = None
         if self.world_size > 1:
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             dist.init_process_group(
@@ -297,8 +304,23 @@ class _Rank:
 
             self.all_reduce = AllReduce(dist.group.WORLD, self.device, dtype, settings.all_reduce)
             self.all_reduce_table = self.all_reduce.table_summary()
-            shard = tensor_parallel(rank, self.world_size, self.all_reduce, all_gather_last_dim())
+            if self.all_reduce.peer is not None and settings.fused_gemv != "off":
+                from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
+
+                decode_gemvs = DecodeGemvs(
+                    dist.group.WORLD, self.device, dtype, self.all_reduce.reduce,
+                    settings.fused_gemv,
+                )  # fmt: skip
+            shard = tensor_parallel(
+                rank,
+                self.world_size,
+                self.all_reduce,
+                all_gather_last_dim(),
+                decode_gemvs.for_shape if decode_gemvs else lambda n, k: None,
+            )
         self.model = _load(spec, self.device, dtype, shard)
+        if decode_gemvs is not None:
+            self.fused_gemv_table = decode_gemvs.summary()
         self.model.setup_caches(1, dtype)
         self.token = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self.position = torch.zeros(1, dtype=torch.long, device=self.device)

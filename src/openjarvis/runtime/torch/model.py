@@ -284,7 +284,6 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(config.head_dim, config.norm_eps, offset)
         self.scale = config.query_scale or config.head_dim**-0.5
         self.kv_cache: KVCache | None = None
-        self.all_reduce: Callable[[Tensor], Tensor] = _unchanged  # set by tensor parallelism
 
     def forward(
         self, x: Tensor, input_pos: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor
@@ -313,7 +312,8 @@ class Attention(nn.Module):
             scores = scores.masked_fill(~group_mask, float("-inf"))
             y = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
         y = y.reshape(batch, heads, length, head_dim).transpose(1, 2)  # [B, T, heads, head_dim]
-        return self.all_reduce(self.wo(y.reshape(batch, length, heads * head_dim)))
+        # Under tensor parallelism wo is row-parallel and sums its partial products itself.
+        return self.wo(y.reshape(batch, length, heads * head_dim))
 
 
 class FeedForward(nn.Module):
@@ -325,12 +325,11 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(config.dim, config.intermediate_size, bias=False)  # up
         self.w2 = nn.Linear(config.intermediate_size, config.dim, bias=False)  # down
         self.activation = config.activation
-        self.all_reduce: Callable[[Tensor], Tensor] = _unchanged  # set by tensor parallelism
 
     def forward(self, x: Tensor) -> Tensor:
         gate = self.w1(x)  # [B, T, intermediate]
         gate = F.silu(gate) if self.activation == "silu" else F.gelu(gate, approximate="tanh")
-        return self.all_reduce(self.w2(gate * self.w3(x)))
+        return self.w2(gate * self.w3(x))  # row-parallel under tensor parallelism
 
 
 class RMSNorm(nn.Module):

@@ -1,21 +1,32 @@
 """Tensor parallelism as a pass over a plain model: heads and MLP columns split over N processes,
-one all-reduce after attention-out and one after MLP-down, the output head split by vocabulary.
+attention-out and MLP-down row-parallel (each sums its partial products over the processes: an
+all-reduce, or for one token a GEMV fused with it), the output head split by vocabulary.
 """
 
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from openjarvis.errors import UserError
 from openjarvis.runtime.torch.model import Transformer
 
-__all__ = ["Cut", "all_gather_last_dim", "check_divisible", "tensor_parallel"]
+__all__ = [
+    "Cut",
+    "RowParallelLinear",
+    "all_gather_last_dim",
+    "check_divisible",
+    "tensor_parallel",
+]
 
 # How a full checkpoint tensor becomes this process's piece of it: cut(name, full) -> shard.
 Cut = Callable[[str, Tensor], Tensor]
 Reduce = Callable[[Tensor], Tensor]
+# One token's row-parallel product summed over the group: (x with K elements, weight [N, K])
+# -> [N]; chosen per (N, K) at start-up, or None for the GEMV followed by the all-reduce.
+DecodeGemv = Callable[[Tensor, Tensor], Tensor]
 
 # Column-parallel (output features split): q, k, v, gate, up. Row-parallel (input features
 # split, partial sums all-reduced): attention-out, down.
@@ -44,11 +55,41 @@ def check_divisible(model_config: object, world_size: int) -> None:
             )
 
 
+class RowParallelLinear(nn.Linear):
+    """A linear layer whose input features are split over the processes: each multiplies its
+    slice, and the partial products are summed over the group (the bias-free layers only)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        reduce: Reduce,
+        decode_gemv: DecodeGemv | None,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        super().__init__(in_features, out_features, bias=False, device=device, dtype=dtype)
+        self.reduce = reduce
+        self.decode_gemv = decode_gemv
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.decode_gemv is not None and x.numel() == self.in_features:  # one token
+            return self.decode_gemv(x, self.weight).view(*x.shape[:-1], self.out_features)
+        return self.reduce(F.linear(x, self.weight))
+
+
 def tensor_parallel(
-    rank: int, world_size: int, all_reduce: Reduce, all_gather: Reduce
+    rank: int,
+    world_size: int,
+    all_reduce: Reduce,
+    all_gather: Reduce,
+    decode_gemv: Callable[[int, int], DecodeGemv | None] = lambda n, k: None,
 ) -> Callable[[Transformer], Cut]:
     """The pass, for loading.build_model(shard=...): it reshapes a model built on the meta
-    device and returns how to cut full tensors. World size 1 changes nothing."""
+    device and returns how to cut full tensors. World size 1 changes nothing.
+
+    `decode_gemv(n, k)` gives the fused decode product for a row-parallel layer of that shape
+    (per process), or None where the GEMV and the all-reduce stay separate."""
 
     def apply(model: Transformer) -> Cut:
         if world_size == 1:
@@ -62,10 +103,8 @@ def tensor_parallel(
             for name in ("wq", "wk", "wv", "w1", "w3"):
                 module = attention if hasattr(attention, name) else mlp
                 setattr(module, name, _resized(getattr(module, name), out_parts=world_size))
-            attention.wo = _resized(attention.wo, in_parts=world_size)
-            mlp.w2 = _resized(mlp.w2, in_parts=world_size)
-            attention.all_reduce = all_reduce
-            mlp.all_reduce = all_reduce
+            attention.wo = _row_parallel(attention.wo, world_size, all_reduce, decode_gemv)
+            mlp.w2 = _row_parallel(mlp.w2, world_size, all_reduce, decode_gemv)
         # The output head is the largest single matrix a decode step reads: split it by
         # vocabulary (untying it from the embedding, which stays whole) and gather the logits.
         split_vocab = config.vocab_size % world_size == 0
@@ -95,6 +134,21 @@ def _resized(linear: nn.Linear, out_parts: int = 1, in_parts: int = 1) -> nn.Lin
         bias=linear.bias is not None,
         device=linear.weight.device,
         dtype=linear.weight.dtype,
+    )
+
+
+def _row_parallel(
+    linear: nn.Linear,
+    world_size: int,
+    reduce: Reduce,
+    decode_gemv: Callable[[int, int], DecodeGemv | None],
+) -> RowParallelLinear:
+    """A fresh (meta) row-parallel layer for one process's slice of `linear`'s input."""
+    if linear.bias is not None:  # each process would add it: N times in the sum
+        raise ValueError("a row-parallel layer with a bias is not supported")
+    k, n = linear.in_features // world_size, linear.out_features
+    return RowParallelLinear(
+        k, n, reduce, decode_gemv(n, k), linear.weight.device, linear.weight.dtype
     )
 
 
