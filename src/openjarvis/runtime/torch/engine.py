@@ -5,6 +5,7 @@ and tensor parallelism over N GPUs with one process per GPU that the engine star
 import json
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -79,6 +80,35 @@ class _Spec:
 
 
 _PREFILL, _DECODE, _LOGITS, _STOP = 1, 2, 3, 4
+# Decode steps per command under tensor parallelism: the followers run them on their own, so a
+# command (a gloo broadcast, ~0.7 ms on two H200s) is paid once per run rather than per token;
+# a consumer that stops early costs at most this many steps less one.
+DECODE_RUN = 16
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """What rank 0 tells every rank to do. PREFILL: the prompt's tokens, then the first token
+    picked with (temperature, seed), which the following runs keep sampling with. DECODE:
+    `steps` steps from tokens[0] at `position`, ending early after any of tokens[1:]."""
+
+    op: int
+    tokens: list[int]
+    position: int
+    steps: int = 0
+    temperature: float = 0.0
+    seed: int = 0
+
+    def header(self) -> torch.Tensor:
+        temperature = struct.unpack("<q", struct.pack("<d", self.temperature))[0]
+        fields = [self.op, len(self.tokens), self.position, self.steps, temperature, self.seed]
+        return torch.tensor(fields, dtype=torch.long)
+
+    @classmethod
+    def from_header(cls, header: torch.Tensor, tokens: list[int]) -> "_Command":
+        op, _, position, steps, temperature, seed = (int(v) for v in header)
+        temperature_f = struct.unpack("<d", struct.pack("<q", temperature))[0]
+        return cls(op, tokens, position, steps, temperature_f, seed)
 
 
 class TorchEngine:
@@ -153,19 +183,31 @@ class TorchEngine:
                 f"context of {self.config.max_seq_len}; raise max_seq_len or lower max_tokens"
             )
         rank = self._rank
-        pick = _picker(temperature, seed, rank.step_logits)
-        token = pick(rank.command(_PREFILL, prompt, 0))
-        for position in range(len(prompt), len(prompt) + max_tokens):
-            yield token, time.monotonic()
-            if token in stop_tokens or position == len(prompt) + max_tokens - 1:
-                return
-            token = pick(rank.command(_DECODE, [token], position))
+        if seed is None:  # drawn here, so that every rank samples with the same generator
+            seed = int.from_bytes(os.urandom(7), "little")
+        end = len(prompt) + max_tokens  # the position after the last token
+        token = next(rank.command(_Command(_PREFILL, prompt, 0, 0, temperature, seed)))
+        position = len(prompt)  # where `token` goes in the KV cache
+        yield token, time.monotonic()
+        while token not in stop_tokens and position < end - 1:
+            # Followers decode a run of steps on their own (each rank picks the same token
+            # from the same logits): one command per run, not one per token.
+            steps = min(DECODE_RUN, end - 1 - position)
+            run = rank.command(_Command(_DECODE, [token, *stop_tokens], position, steps))
+            try:
+                for token in run:  # the run ends after a stop token
+                    position += 1
+                    yield token, time.monotonic()
+            finally:
+                if self.settings.tp > 1:  # a consumer that stops early: the peers finish the
+                    for _ in run:  # run, and so must we (at most DECODE_RUN - 1 steps)
+                        pass
 
     def logits(self, prompt: list[int]) -> torch.Tensor:
         """Float32 logits at every prompt position, [len(prompt), vocab], on the CPU: for
         scoring by log-likelihood, and for checking tensor parallelism against one process."""
         with self._lock:
-            self._rank.command(_LOGITS, prompt, 0)
+            next(self._rank.command(_Command(_LOGITS, prompt, 0)))
             assert self._rank.last_logits is not None
             return self._rank.last_logits
 
@@ -259,7 +301,7 @@ class TorchEngine:
     def close(self) -> None:
         with self._lock:
             if self.settings.tp > 1 and dist.is_initialized():
-                self._rank.command(_STOP, [], 0)
+                list(self._rank.command(_Command(_STOP, [], 0)))
             # Every rank tears its process group down at the same time: NCCL's teardown
             # waits for the peers, so joining the workers first would wait forever.
             self._rank.close()
@@ -330,6 +372,7 @@ class _Rank:
             self.model.config.vocab_size, dtype=torch.float32, device=self.device
         )
         self.last_logits: torch.Tensor | None = None
+        self.pick: Callable[[int], int] = lambda greedy: greedy  # set by each PREFILL
         self.decode_step = self._decode_step
         if settings.compile:
             # One graph for the whole step (the collectives are registered operators); static
@@ -361,50 +404,69 @@ class _Rank:
             self.decode_step()
         torch.cuda.synchronize()
 
-    def command(self, op: int, tokens: list[int], position: int) -> int:
-        """Rank 0: send a command to the followers, run it here, return the next token."""
+    def command(self, command: _Command) -> Iterator[int]:
+        """Rank 0: send a command to the followers, then run it here, yielding its tokens."""
         if self.world_size > 1:
-            header = torch.tensor([op, len(tokens), position], dtype=torch.long)
-            dist.broadcast(header, src=0, group=self.commands)
-            if tokens:
-                dist.broadcast(torch.tensor(tokens, dtype=torch.long), src=0, group=self.commands)
-        return self.run(op, tokens, position)
+            dist.broadcast(command.header(), src=0, group=self.commands)
+            if command.tokens:
+                tokens = torch.tensor(command.tokens, dtype=torch.long)
+                dist.broadcast(tokens, src=0, group=self.commands)
+        return self.run(command)
 
     @torch.inference_mode()
-    def run(self, op: int, tokens: list[int], position: int) -> int:
+    def run(self, command: _Command) -> Iterator[int]:
+        """The command's next tokens, one per step (none for STOP, the picked token for
+        PREFILL and LOGITS). A generator: the steps run as they are asked for."""
+        op = command.op
         if op == _STOP:
-            return -1
+            return
         if op in (_PREFILL, _LOGITS):
-            ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-            positions = torch.arange(position, position + len(tokens), device=self.device)
+            ids = torch.tensor([command.tokens], dtype=torch.long, device=self.device)
+            start = command.position
+            positions = torch.arange(start, start + len(command.tokens), device=self.device)
             logits = self.model(ids, positions, last_only=op == _PREFILL)
             if op == _LOGITS:
                 self.last_logits = logits[0].float().cpu()
             self.step_logits.copy_(logits[0, -1])
-            return int(logits[0, -1].argmax())
-        self.token.fill_(tokens[0])
-        self.position.fill_(position)
-        if self.graph is not None:
-            self.graph.replay()
-        else:
-            self.decode_step()
-        return int(self.next_token)
+            self.pick = _picker(command.temperature, command.seed, self.step_logits)
+            yield self.pick(int(logits[0, -1].argmax()))
+            return
+        token, stop = command.tokens[0], frozenset(command.tokens[1:])
+        for position in range(command.position, command.position + command.steps):
+            self.token.fill_(token)
+            self.position.fill_(position)
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self.decode_step()
+            token = self.pick(int(self.next_token))
+            yield token
+            if token in stop:
+                return
 
     def follow(self) -> None:
         """Ranks 1..N-1: run rank 0's commands until it says stop."""
         while True:
-            header = torch.empty(3, dtype=torch.long)
+            header = torch.empty(6, dtype=torch.long)
             dist.broadcast(header, src=0, group=self.commands)
-            op, count, position = (int(v) for v in header)
-            tokens = torch.empty(count, dtype=torch.long)
-            if count:
+            tokens = torch.empty(int(header[1]), dtype=torch.long)
+            if len(tokens):
                 dist.broadcast(tokens, src=0, group=self.commands)
-            self.run(op, tokens.tolist(), position)
-            if op == _STOP:
+            command = _Command.from_header(header, tokens.tolist())
+            for _ in self.run(command):
+                pass
+            if command.op == _STOP:
                 return
 
     def close(self) -> None:
         if self.world_size > 1 and dist.is_initialized():
+            # A CUDA graph that captured an NCCL collective holds a reference on its
+            # communicator, and NCCL's teardown waits for it forever: free the graph first.
+            if self.graph is not None:
+                self.graph.reset()
+                self.graph = None
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
             dist.destroy_process_group()
 
 
@@ -457,13 +519,14 @@ def _follow(rank: int, spec: _Spec) -> None:
         follower.close()
 
 
-def _picker(temperature: float, seed: int | None, logits: torch.Tensor) -> Callable[[int], int]:
+def _picker(temperature: float, seed: int, logits: torch.Tensor) -> Callable[[int], int]:
     """How the next token is chosen from a step: the greedy token at temperature 0, else a draw
-    from softmax(logits / temperature) with its own generator (reproducible given `seed`)."""
+    from softmax(logits / temperature) with its own generator, seeded alike on every rank (the
+    logits are the same on every rank, so all draw the same token)."""
     if temperature <= 0:
         return lambda greedy: greedy
     generator = torch.Generator(logits.device)
-    generator.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "little"))
+    generator.manual_seed(seed)
 
     def sample(greedy: int) -> int:
         probabilities = torch.softmax(logits / temperature, dim=-1)
