@@ -8,7 +8,13 @@ from collections.abc import Sequence
 from html import escape
 
 from openjarvis.report.drawing import Plot
-from openjarvis.report.runs import FIGURE_COLUMNS, figure, format_interval, mark_estimate
+from openjarvis.report.runs import (
+    FIGURE_COLUMNS,
+    figure,
+    format_interval,
+    host_label,
+    mark_estimate,
+)
 from openjarvis.store import RunRecord
 
 __all__ = ["render_html"]
@@ -40,7 +46,7 @@ def _run_table(runs: Sequence[RunRecord]) -> str:
         cells = [
             (run.id or "")[:8],
             run.model_name,
-            run.host.hostname if run.host else run.engine,
+            host_label(run),
             run.suite,
             run.state,
             f"{run.energy_method or 'none'} · {run.energy_scope}",

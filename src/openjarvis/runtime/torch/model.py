@@ -106,6 +106,15 @@ PRESETS: dict[str, ModelConfig] = {
         "llama-3-8b", vocab_size=128_256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8,
         head_dim=128, intermediate_size=14_336, rope_base=500_000.0, max_seq_len=8192,
     ),
+    "llama-3.2-1b": ModelConfig(
+        "llama-3.2-1b", vocab_size=128_256, dim=2048, n_layers=16, n_heads=32, n_kv_heads=8,
+        head_dim=64, intermediate_size=8192, rope_base=500_000.0, tie_embeddings=True,
+        rope_scaling={
+            "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+        },
+        max_seq_len=8192,
+    ),
     "llama-3-70b": ModelConfig(
         "llama-3-70b", vocab_size=128_256, dim=8192, n_layers=80, n_heads=64, n_kv_heads=8,
         head_dim=128, intermediate_size=28_672, rope_base=500_000.0, max_seq_len=8192,
