@@ -188,3 +188,20 @@ def test_a_run_without_energy_figures_is_listed_and_said_not_drawn(
     document = json.loads((out / "report.json").read_text())
     frontier_ids = {i for members in document["pareto_frontiers"].values() for i in members}
     assert two_machines["wasteful"] not in frontier_ids
+
+
+def test_plots_drawn_in_this_process_equal_those_of_the_forked_workers(
+    db: str, two_machines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One core: no workers, the plots are drawn here; the SVG must be the same bytes."""
+
+    def figures(out: Path) -> list[str]:
+        code, _, error = ipw("report", "--db", db, "--out", str(out))
+        assert code == 0, error
+        return re.findall(r"<figure.*?</figure>", (out / "report.html").read_text(), re.S)
+
+    forked = figures(tmp_path / "forked")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr("openjarvis.report.write.ProcessPoolExecutor", None)  # no pool now
+    here = figures(tmp_path / "here")
+    assert len(forked) == 4 and forked == here

@@ -206,6 +206,33 @@ def test_power_samples_batch_of_100k(store: Store, make_run) -> None:
     assert store.power_samples(store.create_run(make_run())) == []
 
 
+def test_power_series_are_per_source_arrays_in_time_order(store: Store, make_run) -> None:
+    run_id = store.create_run(make_run())
+    samples = [
+        PowerSampleRecord(f"rapl:package-{i % 2}", time_s=(i // 2) * 0.5, power_w=float(i))
+        for i in range(40_000)
+    ]
+    store.add_power_samples(run_id, samples[20_000:])  # later samples first
+    store.add_power_samples(run_id, samples[:20_000])
+    series = store.power_series(run_id)
+    assert list(series) == ["rapl:package-0", "rapl:package-1"]
+    for offset, source in enumerate(series):
+        times, watts = series[source]
+        assert list(times) == [(i // 2) * 0.5 for i in range(offset, 40_000, 2)]
+        assert list(watts) == [float(i) for i in range(offset, 40_000, 2)]
+    assert store.power_series(store.create_run(make_run())) == {}
+    # Batches that overlap in time (odd seconds, then even ones) are merged by sorting.
+    run_id = store.create_run(make_run())
+    store.add_power_samples(
+        run_id, [PowerSampleRecord("nvml:GPU-0", t, t) for t in range(1, 99, 2)]
+    )
+    store.add_power_samples(
+        run_id, [PowerSampleRecord("nvml:GPU-0", t, t) for t in range(0, 99, 2)]
+    )
+    times, watts = store.power_series(run_id)["nvml:GPU-0"]
+    assert list(times) == list(watts) == [float(t) for t in range(99)]
+
+
 def test_closed_store_refuses_work(database_url: str, make_run) -> None:
     store = open_store(database_url)
     store.close()

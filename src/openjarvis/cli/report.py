@@ -1,6 +1,6 @@
 """`ipw report`: write the HTML report (with plots) plus Markdown, CSV and JSON of stored runs.
 
-Matplotlib is imported only when a report is written, so other commands start fast.
+Matplotlib is imported only by the report's plot workers, so other commands start fast.
 """
 
 from datetime import UTC, datetime
@@ -12,7 +12,7 @@ from rich.console import Console
 
 from openjarvis.cli.results import DatabaseOption, parse_since
 from openjarvis.errors import UserError
-from openjarvis.store import PowerSampleRecord, RunRecord, Store, open_store
+from openjarvis.store import PowerSeries, RunRecord, Store, open_store
 
 __all__ = ["report_command"]
 
@@ -36,23 +36,27 @@ def report_command(
     db: DatabaseOption = None,
 ) -> None:
     """Write a self-contained HTML report of stored runs, plus Markdown, CSV and JSON."""
-    from openjarvis.report.write import ReportData, write_report
+    from openjarvis.report.write import PlotWorkers, ReportData, write_report
 
-    with open_store(db) as store:
-        runs = store.list_runs(
-            limit=limit, model=model, host=host, suite=suite, since=parse_since(since)
-        )
-        if not any(run.summary is not None for run in runs):
-            raise UserError(
-                f"no finished runs match in {store.url}; record one with `ipw measure` or "
-                "loosen --model/--host/--suite/--since"
+    # Started first: the workers import matplotlib while this process reads the database.
+    with PlotWorkers() as workers:
+        with open_store(db) as store:
+            runs = store.list_runs(
+                limit=limit, model=model, host=host, suite=suite, since=parse_since(since)
             )
-        traces = _traces(store, runs, trace or [])
-        data = ReportData(runs, traces, store.url, datetime.now(UTC))
-    try:
-        files = write_report(data, out)
-    except OSError as error:
-        raise UserError(f"cannot write the report to {out}: {error.strerror}; pick --out") from None
+            if not any(run.summary is not None for run in runs):
+                raise UserError(
+                    f"no finished runs match in {store.url}; record one with `ipw measure` or "
+                    "loosen --model/--host/--suite/--since"
+                )
+            traces = _traces(store, runs, trace or [])
+            data = ReportData(runs, traces, store.url, datetime.now(UTC))
+        try:
+            files = write_report(data, out, workers)
+        except OSError as error:
+            raise UserError(
+                f"cannot write the report to {out}: {error.strerror}; pick --out"
+            ) from None
     console = Console()
     console.print(f"report: {files.html}")
     console.print(f"[dim]also {files.markdown}, {files.csv}, {files.json}[/]")
@@ -60,19 +64,19 @@ def report_command(
 
 def _traces(
     store: Store, runs: list[RunRecord], named: list[str]
-) -> list[tuple[RunRecord, list[PowerSampleRecord]]]:
+) -> list[tuple[RunRecord, dict[str, PowerSeries]]]:
     if named:
         chosen = []
         for run_id in named:
             run = store.get_run(run_id)
-            samples = store.power_samples(run.id or run_id)
+            samples = store.power_series(run.id or run_id)
             if not samples:
                 raise UserError(f"run {run_id} has no power trace; leave it out of --trace")
             chosen.append((run, samples))
         return chosen
     found = []
     for run in runs[:TRACE_CANDIDATES]:
-        samples = store.power_samples(run.id or "")
+        samples = store.power_series(run.id or "")
         if samples:
             found.append((run, samples))
         if len(found) == DEFAULT_TRACES:

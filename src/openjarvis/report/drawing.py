@@ -4,7 +4,6 @@ whiskers, and the marks that set estimated energy apart (hollow markers, '(estim
 
 import io
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from matplotlib import rc_context
@@ -24,7 +23,6 @@ from openjarvis.report.runs import (
 from openjarvis.store import RunRecord
 
 __all__ = [
-    "Plot",
     "draw_svg",
     "errorbars",
     "host_colours",
@@ -42,14 +40,6 @@ SVG_SETTINGS = {
     "svg.hashsalt": "openjarvis",  # stable element ids, so the same data gives the same file
     "font.size": 9,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Plot:
-    name: str  # a stable id, e.g. "accuracy-vs-energy"
-    title: str
-    caption: str
-    svg: str
 
 
 def _svg(fig: Figure) -> str:

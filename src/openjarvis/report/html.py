@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from html import escape
 
-from openjarvis.report.drawing import Plot
+from openjarvis.report.plot import Plot
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
     figure,

@@ -3,13 +3,12 @@
 Estimated energy is always drawn differently (hollow markers, hatched bars) and says so.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from openjarvis.report.drawing import (
-    Plot,
     draw_svg,
     errorbars,
     host_colours,
@@ -21,8 +20,9 @@ from openjarvis.report.drawing import (
     spans,
     whisker_rows,
 )
+from openjarvis.report.plot import Plot
 from openjarvis.report.runs import figure, frontiers, host_label, is_cloud, is_estimate, model_label
-from openjarvis.store import PowerSampleRecord, RunRecord
+from openjarvis.store import PowerSeries, RunRecord
 
 __all__ = [
     "accuracy_per_joule_plot",
@@ -139,22 +139,15 @@ def _downsample(times: np.ndarray, watts: np.ndarray) -> tuple[np.ndarray, np.nd
     )
 
 
-def power_traces_plot(traces: Sequence[tuple[RunRecord, Sequence[PowerSampleRecord]]]) -> Plot:
+def power_traces_plot(traces: Sequence[tuple[RunRecord, Mapping[str, PowerSeries]]]) -> Plot:
     """Power over time of each selected run, one panel per run, one line per source."""
 
     def draw(fig: Figure) -> None:
         panels = np.atleast_1d(fig.subplots(len(traces), 1, squeeze=False)[:, 0])
-        for axes, (run, samples) in zip(panels, traces, strict=True):
-            by_source: dict[str, list[PowerSampleRecord]] = {}
-            for sample in samples:
-                by_source.setdefault(sample.source, []).append(sample)
-            for source in sorted(by_source):
-                group = by_source[source]
-                times, watts = _downsample(
-                    np.fromiter((s.time_s for s in group), float, len(group)),
-                    np.fromiter((s.power_w for s in group), float, len(group)),
-                )
-                axes.plot(times, watts, linewidth=0.8, label=source)
+        for axes, (run, series) in zip(panels, traces, strict=True):
+            for source in sorted(series):
+                times, watts = (np.frombuffer(values, dtype=float) for values in series[source])
+                axes.plot(*_downsample(times, watts), linewidth=0.8, label=source)
             estimate = " (estimate)" if is_estimate(run) else ""
             axes.set_title(
                 f"{(run.id or '')[:8]} · {model_label(run)} · {host_label(run)}{estimate}",

@@ -1,28 +1,23 @@
 """`ipw report`'s files: report.html with the plots, and the same runs as Markdown, CSV and JSON.
 
 Takes plain records from the store; the figures are those `ipw measure` stored with each run.
+The plots are drawn by PlotWorkers: forked processes that import matplotlib (about a second)
+while this one reads the database, so that this process never imports it.
 """
 
 import csv
+import importlib
 import json
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 
-from openjarvis.report.drawing import Plot
 from openjarvis.report.html import render_html
-from openjarvis.report.plots import (
-    accuracy_per_joule_plot,
-    accuracy_vs_energy_plot,
-    local_vs_cloud_plot,
-    power_traces_plot,
-    tokens_plot,
-)
+from openjarvis.report.plot import Plot
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
     figure,
@@ -37,17 +32,19 @@ from openjarvis.report.runs import (
     run_row,
     run_to_dict,
 )
-from openjarvis.store import PowerSampleRecord, RunRecord
+from openjarvis.store import PowerSeries, RunRecord
 
-__all__ = ["ReportData", "ReportFiles", "write_report"]
+__all__ = ["PlotWorkers", "ReportData", "ReportFiles", "write_report"]
 
 TITLE = "OpenJarvis report"
+PLOTS_MODULE = "openjarvis.report.plots"  # imports matplotlib
+MAX_PLOTS = 5
 
 
 @dataclass(frozen=True, slots=True)
 class ReportData:
     runs: Sequence[RunRecord]  # newest first; runs without figures are listed, not plotted
-    traces: Sequence[tuple[RunRecord, Sequence[PowerSampleRecord]]]  # runs whose power is drawn
+    traces: Sequence[tuple[RunRecord, Mapping[str, PowerSeries]]]  # runs whose power is drawn
     database: str
     generated_at: datetime
 
@@ -96,44 +93,62 @@ def _notes(data: ReportData) -> list[str]:
     return notes
 
 
-def build_plots(data: ReportData) -> list[Plot]:
+# A plot to draw: the name of a function in PLOTS_MODULE and its arguments (names rather than
+# functions, so that choosing plots does not import matplotlib here).
+PlotTask = tuple[str, tuple[object, ...]]
+
+
+def plot_tasks(data: ReportData) -> list[PlotTask]:
     runs = _plotted(data)
     groups = newest_per_group(runs)
-    tasks: list[Callable[[], Plot]] = [
-        partial(accuracy_vs_energy_plot, runs),
-        partial(accuracy_per_joule_plot, groups),
-        partial(tokens_plot, groups),
+    tasks: list[PlotTask] = [
+        ("accuracy_vs_energy_plot", (runs,)),
+        ("accuracy_per_joule_plot", (groups,)),
+        ("tokens_plot", (groups,)),
     ]
     if data.traces:
-        tasks.append(partial(power_traces_plot, data.traces))
+        tasks.append(("power_traces_plot", (data.traces,)))
     if any(is_cloud(run) for run in groups):
-        tasks.append(partial(local_vs_cloud_plot, groups))
-    return _render(tasks)
+        tasks.append(("local_vs_cloud_plot", (groups,)))
+    return tasks
 
 
-# The plots being rendered, for forked workers: they inherit this list and return SVG text.
-_TASKS: list[Callable[[], Plot]] = []
+def _draw(task: PlotTask) -> Plot:
+    name, arguments = task
+    return getattr(importlib.import_module(PLOTS_MODULE), name)(*arguments)
 
 
-def _render_one(index: int) -> Plot:
-    return _TASKS[index]()
+def _import_plots() -> None:
+    importlib.import_module(PLOTS_MODULE)
 
 
-def _render(tasks: list[Callable[[], Plot]]) -> list[Plot]:
-    """Each plot in its own forked process where there are cores to spare: drawing is pure
-    Python in matplotlib (1.6 s of a 3-s report over 200 runs on one core, measured)."""
-    workers = min(
-        len(tasks), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    )
-    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return [task() for task in tasks]
-    _TASKS[:] = tasks
-    try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            return list(pool.map(_render_one, range(len(tasks))))
-    finally:
-        _TASKS.clear()
+class PlotWorkers:
+    """One forked process per core (at most one per plot), started on entering: each imports
+    matplotlib at once, so that the import overlaps with whatever the caller does next (reading
+    the database), then draws plots (pure Python in matplotlib: 1.6 s of a 3-s report over 200
+    runs on one core, measured). With one core, or no fork, plots are drawn in this process."""
+
+    def __init__(self) -> None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        self.count = min(cores, MAX_PLOTS)
+        self.pool: ProcessPoolExecutor | None = None
+        self.warming: list[Future[None]] = []
+
+    def __enter__(self) -> "PlotWorkers":
+        if self.count >= 2 and "fork" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("fork")
+            self.pool = ProcessPoolExecutor(max_workers=self.count, mp_context=context)
+            self.warming = [self.pool.submit(_import_plots) for _ in range(self.count)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+    def draw(self, tasks: Sequence[PlotTask]) -> list[Plot]:
+        if self.pool is None:
+            return [_draw(task) for task in tasks]
+        return list(self.pool.map(_draw, tasks))
 
 
 def _markdown(data: ReportData, plots: Sequence[Plot]) -> str:
@@ -182,12 +197,12 @@ def _json(data: ReportData) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
-def write_report(data: ReportData, out_dir: Path) -> ReportFiles:
+def write_report(data: ReportData, out_dir: Path, workers: PlotWorkers) -> ReportFiles:
     """Write report.html, report.md, runs.csv and report.json into out_dir (created if needed)."""
     if not _plotted(data):
         raise ValueError("a report needs at least one run with figures")
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = build_plots(data)
+    plots = workers.draw(plot_tasks(data))
     cloud_runs = [run for run in data.runs if is_cloud(run)]
     files = ReportFiles(
         out_dir / "report.html",

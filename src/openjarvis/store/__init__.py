@@ -23,6 +23,7 @@ from openjarvis.store.records import (
 )
 from openjarvis.store.requests import RequestLogRecord, log_request, request_logs
 from openjarvis.store.store import Store
+from openjarvis.store.trace import PowerSeries
 
 __all__ = [
     "DATABASE_ENV_VAR",
@@ -32,6 +33,7 @@ __all__ = [
     "HostRecord",
     "MergeCounts",
     "PowerSampleRecord",
+    "PowerSeries",
     "RequestLogRecord",
     "RunRecord",
     "Store",

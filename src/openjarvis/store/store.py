@@ -27,7 +27,13 @@ from openjarvis.store.models import (
     TaskResult,
 )
 from openjarvis.store.records import HostRecord, PowerSampleRecord, RunRecord, TaskResultRecord
-from openjarvis.store.trace import pack_chunks, unpack_chunk
+from openjarvis.store.trace import (
+    PowerSeries,
+    pack_chunks,
+    series_to_samples,
+    sort_by_time,
+    unpack_chunk,
+)
 
 __all__ = ["Store"]
 
@@ -175,18 +181,30 @@ class Store:
         with self._session() as session:
             return [run.to_record() for run in session.scalars(query)]
 
-    def power_samples(self, run_id: str) -> list[PowerSampleRecord]:
-        """The run's power trace, ordered by time (ties keep the order they were added in)."""
+    def power_series(self, run_id: str) -> dict[str, PowerSeries]:
+        """The run's power trace per source (sorted by name), as arrays ordered by time: what
+        plotting needs, without a record per sample."""
         with self._session() as session:
             full_id = self._resolve_run_id(session, run_id)
             query = (
                 select(PowerTraceChunk.source, PowerTraceChunk.times_s, PowerTraceChunk.power_w)
                 .where(PowerTraceChunk.run_id == full_id)
-                .order_by(PowerTraceChunk.start_s, PowerTraceChunk.id)
+                .order_by(PowerTraceChunk.source, PowerTraceChunk.start_s, PowerTraceChunk.id)
             )
-            samples = [s for row in session.execute(query) for s in unpack_chunk(*row)]
-        # Chunks arrive by start time; a stable sort interleaves them (near linear: mostly sorted).
-        samples.sort(key=attrgetter("time_s"))
+            series: dict[str, PowerSeries] = {}
+            for source, times_s, power_w in session.execute(query):
+                times, watts = unpack_chunk(source, times_s, power_w)
+                if source in series:
+                    series[source][0].extend(times)
+                    series[source][1].extend(watts)
+                else:
+                    series[source] = (times, watts)
+        return {source: sort_by_time(*arrays) for source, arrays in series.items()}
+
+    def power_samples(self, run_id: str) -> list[PowerSampleRecord]:
+        """The run's power trace, ordered by time (ties: by source name, then as added)."""
+        samples = series_to_samples(self.power_series(run_id))
+        samples.sort(key=attrgetter("time_s"))  # stable: interleaves the sources
         return samples
 
     # Helpers

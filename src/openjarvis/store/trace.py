@@ -6,12 +6,19 @@ Packing is little-endian on every machine, so databases merge between architectu
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import repeat
+from itertools import pairwise, repeat
 from typing import Any
 
 from openjarvis.store.records import PowerSampleRecord
 
-__all__ = ["TRACE_CHUNK_SAMPLES", "pack_chunks", "unpack_chunk"]
+__all__ = [
+    "TRACE_CHUNK_SAMPLES",
+    "PowerSeries",
+    "pack_chunks",
+    "series_to_samples",
+    "sort_by_time",
+    "unpack_chunk",
+]
 
 TRACE_CHUNK_SAMPLES = 8192  # 128 KiB of arrays a row: small rows, few of them
 
@@ -51,10 +58,32 @@ def pack_chunks(run_id: str, samples: Sequence[PowerSampleRecord]) -> Iterator[d
             }
 
 
-def unpack_chunk(source: str, times_s: bytes, power_w: bytes) -> list[PowerSampleRecord]:
+# One source's trace: seconds since the run started and watts, as float64 arrays.
+PowerSeries = tuple[array, array]
+
+
+def unpack_chunk(source: str, times_s: bytes, power_w: bytes) -> PowerSeries:
     times, watts = _from_bytes(times_s), _from_bytes(power_w)
     if len(times) != len(watts):
         raise ValueError(
             f"corrupt power trace chunk of {source}: {len(times)} times, {len(watts)} W"
         )
-    return list(map(PowerSampleRecord, repeat(source, len(times)), times, watts))
+    return times, watts
+
+
+def sort_by_time(times: array, watts: array) -> PowerSeries:
+    """The series in time order: as it is when chunks were added in order (checked in one
+    pass), else sorted (stable: equal times keep their order)."""
+    if all(a <= b for a, b in pairwise(times)):
+        return times, watts
+    order = sorted(range(len(times)), key=times.__getitem__)
+    return array("d", (times[i] for i in order)), array("d", (watts[i] for i in order))
+
+
+def series_to_samples(series: dict[str, PowerSeries]) -> list[PowerSampleRecord]:
+    """Every source's samples as records, in the order of the dict and of each series."""
+    return [
+        sample
+        for source, (times, watts) in series.items()
+        for sample in map(PowerSampleRecord, repeat(source, len(times)), times, watts)
+    ]

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from openjarvis.store.records import PowerSampleRecord
-from openjarvis.store.trace import pack_chunks, unpack_chunk
+from openjarvis.store.trace import pack_chunks, series_to_samples, unpack_chunk
 
 __all__ = ["branch_labels", "depends_on", "down_revision", "downgrade", "revision", "upgrade"]
 
@@ -88,7 +88,7 @@ def downgrade() -> None:
     for run_id, source, times_s, power_w in chunks:
         rows = [
             {"run_id": run_id, "source": s.source, "time_s": s.time_s, "power_w": s.power_w}
-            for s in unpack_chunk(source, times_s, power_w)
+            for s in series_to_samples({source: unpack_chunk(source, times_s, power_w)})
         ]
         bind.execute(sa.insert(SAMPLE), rows)
     op.drop_index("ix_power_trace_chunk_run_id", table_name="power_trace_chunk")
