@@ -126,6 +126,8 @@ def test_runs_of_decode_steps_stay_in_step_across_early_stops_stop_tokens_and_sa
         assert tokens(engine) == expected
         assert tokens(engine, temperature=0.8, seed=5) == sampled
         assert tokens(engine, stop_tokens=stop) == expected[: expected.index(min(stop)) + 1]
+        assert [token for token, _ in engine.generate_tokens(PROMPT, 0)] == []
+        assert [token for token, _ in engine.generate_tokens(PROMPT, 1)] == expected[:1]
     finally:
         engine.close()
     assert sampled != expected

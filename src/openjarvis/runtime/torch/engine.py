@@ -182,6 +182,8 @@ class TorchEngine:
                 f"prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds the "
                 f"context of {self.config.max_seq_len}; raise max_seq_len or lower max_tokens"
             )
+        if max_tokens < 1:
+            return
         rank = self._rank
         if seed is None:  # drawn here, so that every rank samples with the same generator
             seed = int.from_bytes(os.urandom(7), "little")
