@@ -49,11 +49,10 @@ _TAG_VARIABLE = "OPENJARVIS_SANDBOX_RUN"
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 # Runs inside the sandbox, never in our process: it is only ever the `-c` argument of the
-# interpreter that `_execute` starts under the isolation prefix. It sets the limits, then the
-# program. The pass signal is positive: a
-# line written to a private fd after the whole program has run, so os._exit(0), sys.exit() or
-# a kill before the end can never count as a pass. It guards against accidents, not against a
-# program that sets out to forge the line.
+# interpreter that `_execute` starts under the isolation prefix. It sets the limits, then runs
+# the program. The pass signal is positive: a line written to a private fd after the whole
+# program has run, so os._exit(0), sys.exit() or a kill before the end can never count as a
+# pass. It guards against accidents, not against a program that sets out to forge the line.
 _DRIVER = """\
 import os, resource, sys
 marker_fd = int(sys.argv[1])

@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from openjarvis.kernels.symmetric import rendezvous_buffers
+
 __all__ = [
     "AllGatherMatmul",
     "Chunk",
@@ -129,15 +131,8 @@ class _PeerBuffers:
         self, group: dist.ProcessGroup, device: torch.device, dtype: torch.dtype,
         half_elements: int, streams: int, events: int,
     ) -> None:  # fmt: skip
-        import torch.distributed._symmetric_memory as symmetric_memory
-
-        if hasattr(symmetric_memory, "enable_symm_mem_for_group"):  # needed before torch 2.10
-            symmetric_memory.enable_symm_mem_for_group(group.group_name)
-        self.local = symmetric_memory.empty(2 * half_elements, dtype=dtype, device=device)
-        self.handle = symmetric_memory.rendezvous(self.local, group.group_name)
-        self.flat = tuple(
-            self.handle.get_buffer(peer, (2 * half_elements,), dtype)
-            for peer in range(dist.get_world_size(group))
+        self.local, self.flat, self.handle = rendezvous_buffers(
+            group, device, dtype, 2 * half_elements
         )
         self.half_elements = half_elements
         self.streams = tuple(torch.cuda.Stream(device) for _ in range(streams))

@@ -12,6 +12,7 @@ import triton.language as tl
 from torch import Tensor
 
 from openjarvis.kernels.checks import check_message
+from openjarvis.kernels.symmetric import rendezvous_buffers
 
 __all__ = ["MAX_WORLD_SIZE", "PeerAllReduce", "signal_pad_bytes", "symmetric_buffers"]
 
@@ -135,13 +136,7 @@ def symmetric_buffers(
     rank order), and the addresses of every rank's signal pad ([WORLD] int64 on `device`)."""
     if dist.get_world_size(group) > MAX_WORLD_SIZE:
         raise ValueError(f"the peer kernels support up to {MAX_WORLD_SIZE} GPUs")
-    if hasattr(symmetric_memory, "enable_symm_mem_for_group"):  # needed before torch 2.10
-        symmetric_memory.enable_symm_mem_for_group(group.group_name)
-    own = symmetric_memory.empty(elements, dtype=dtype, device=device)
-    handle = symmetric_memory.rendezvous(own, group.group_name)
-    buffers = tuple(
-        handle.get_buffer(peer, (elements,), dtype) for peer in range(dist.get_world_size(group))
-    )
+    own, buffers, handle = rendezvous_buffers(group, device, dtype, elements)
     pads = torch.tensor(handle.signal_pad_ptrs, dtype=torch.int64, device=device)
     return own, buffers, pads
 

@@ -11,7 +11,7 @@ import json
 import multiprocessing
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -132,13 +132,13 @@ class PlotWorkers:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
         self.count = min(cores, MAX_PLOTS)
         self.pool: ProcessPoolExecutor | None = None
-        self.warming: list[Future[None]] = []
 
     def __enter__(self) -> "PlotWorkers":
         if self.count >= 2 and "fork" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("fork")
             self.pool = ProcessPoolExecutor(max_workers=self.count, mp_context=context)
-            self.warming = [self.pool.submit(_import_plots) for _ in range(self.count)]
+            for _ in range(self.count):
+                self.pool.submit(_import_plots)
         return self
 
     def __exit__(self, *exc: object) -> None:

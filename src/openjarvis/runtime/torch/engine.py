@@ -360,7 +360,7 @@ class _Rank:
                 self.world_size,
                 self.all_reduce,
                 all_gather_last_dim(),
-                decode_gemvs.for_shape if decode_gemvs else lambda n, k: None,
+                decode_gemvs.for_shape if decode_gemvs else None,
             )
         self.model = _load(spec, self.device, dtype, shard)
         if decode_gemvs is not None:

@@ -83,13 +83,13 @@ def tensor_parallel(
     world_size: int,
     all_reduce: Reduce,
     all_gather: Reduce,
-    decode_gemv: Callable[[int, int], DecodeGemv | None] = lambda n, k: None,
+    decode_gemv: Callable[[int, int], DecodeGemv | None] | None = None,
 ) -> Callable[[Transformer], Cut]:
     """The pass, for loading.build_model(shard=...): it reshapes a model built on the meta
     device and returns how to cut full tensors. World size 1 changes nothing.
 
     `decode_gemv(n, k)` gives the fused decode product for a row-parallel layer of that shape
-    (per process), or None where the GEMV and the all-reduce stay separate."""
+    (per process), or None where the GEMV and the all-reduce stay separate (always, without it)."""
 
     def apply(model: Transformer) -> Cut:
         if world_size == 1:
@@ -141,15 +141,14 @@ def _row_parallel(
     linear: nn.Linear,
     world_size: int,
     reduce: Reduce,
-    decode_gemv: Callable[[int, int], DecodeGemv | None],
+    decode_gemv: Callable[[int, int], DecodeGemv | None] | None,
 ) -> RowParallelLinear:
     """A fresh (meta) row-parallel layer for one process's slice of `linear`'s input."""
     if linear.bias is not None:  # each process would add it: N times in the sum
         raise ValueError("a row-parallel layer with a bias is not supported")
     k, n = linear.in_features // world_size, linear.out_features
-    return RowParallelLinear(
-        k, n, reduce, decode_gemv(n, k), linear.weight.device, linear.weight.dtype
-    )
+    fused = decode_gemv(n, k) if decode_gemv is not None else None
+    return RowParallelLinear(k, n, reduce, fused, linear.weight.device, linear.weight.dtype)
 
 
 @torch.library.custom_op("openjarvis::all_gather_last_dim", mutates_args=())
