@@ -3,6 +3,7 @@
 Every UserError becomes one line on stderr and exit code 2, with no traceback.
 """
 
+import faulthandler
 import sys
 from typing import Annotated
 
@@ -126,6 +127,9 @@ def measure(
 
 
 def main() -> None:
+    # A native library that faults mid-run (llama.cpp, CUDA) still says where, instead of a
+    # silent exit 132/139; finished tasks are already saved and `--resume` continues the run.
+    faulthandler.enable()
     try:
         app()
     except UserError as error:

@@ -3,6 +3,7 @@
 Every UserError becomes one line on stderr and exit code 2, with no traceback.
 """
 
+import faulthandler
 import sys
 
 import typer
@@ -25,6 +26,9 @@ app.command("models")(models_command)
 
 
 def main() -> None:
+    # A native library that faults mid-run (llama.cpp, CUDA) still says where, instead of a
+    # silent exit 132/139; finished tasks are already saved and `--resume` continues the run.
+    faulthandler.enable()
     try:
         app()
     except UserError as error:

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from openjarvis.paths import user_cache_dir
+
 __all__ = ["CachedGguf", "cached_ggufs", "hub_cache_dir"]
 
 # Sharded GGUFs are named NAME-00001-of-00003.gguf; the first shard stands for the model.
@@ -29,8 +31,7 @@ def hub_cache_dir() -> Path:
     hf_home = os.environ.get("HF_HOME")
     if hf_home:
         return Path(hf_home).expanduser() / "hub"
-    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache_home) / "huggingface" / "hub"
+    return user_cache_dir() / "huggingface" / "hub"
 
 
 def _current_snapshot(repo_dir: Path) -> Path | None:

@@ -18,6 +18,7 @@ import psutil
 from openjarvis.errors import UserError
 from openjarvis.runtime.chat_template import ChatTemplate
 from openjarvis.runtime.gguf import read_gguf_header
+from openjarvis.runtime.llamacpp_probe import check_llama_cpp_runs
 from openjarvis.runtime.models import check_gguf
 from openjarvis.runtime.roofline import Bandwidth, decode_bytes_per_token, host_bandwidth
 from openjarvis.runtime.types import (
@@ -83,11 +84,12 @@ class LlamaCppEngine:
         self, model_path: Path, settings: LlamaCppSettings | None = None, name: str | None = None
     ) -> None:
         check_gguf(model_path)
+        self.settings = settings or LlamaCppSettings()
+        check_llama_cpp_runs(model_path, self.settings.n_gpu_layers)
         self._name = name or model_path.stem
         self._header = read_gguf_header(model_path)
         llama_cpp = _import_llama_cpp()
         self._llama_cpp = llama_cpp
-        self.settings = settings or LlamaCppSettings()
         self._path = model_path
         self._weights_bytes = model_path.stat().st_size
         try:

@@ -3,12 +3,12 @@ or a name from the Hugging Face cache. Every path is checked here: engines see r
 """
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from openjarvis.errors import UserError
+from openjarvis.paths import user_cache_dir
 from openjarvis.runtime.hf_cache import cached_ggufs
 
 __all__ = ["DEFAULT_MODEL_NAME", "ModelFile", "check_gguf", "embedded_default", "resolve_model"]
@@ -27,8 +27,7 @@ class ModelFile:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "openjarvis" / "models"
+    return user_cache_dir() / "openjarvis" / "models"
 
 
 def embedded_default() -> ModelFile:

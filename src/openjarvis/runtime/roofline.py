@@ -5,7 +5,6 @@ MBU = decode rate x bytes read per token / bandwidth (METRICS.md, "Timing").
 
 import itertools
 import json
-import os
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from openjarvis.paths import user_cache_dir
 from openjarvis.runtime.gguf import GgufHeader
 
 __all__ = [
@@ -43,8 +43,7 @@ class Bandwidth:
 
 
 def bandwidth_cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "openjarvis" / f"bandwidth-{socket.gethostname()}.json"
+    return user_cache_dir() / "openjarvis" / f"bandwidth-{socket.gethostname()}.json"
 
 
 def measure_bandwidth(array_bytes: int = _ARRAY_BYTES, max_threads: int | None = None) -> Bandwidth:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -156,6 +157,11 @@ class Run(Base):
     sandbox_isolation: Mapped[str] = mapped_column(String(32))
     idle_power_w: Mapped[dict[str, float | None]] = mapped_column(JSON)  # per source
     summary: Mapped[dict[str, object] | None] = mapped_column(NullableJSON)
+    energy_coverage: Mapped[dict[str, object]] = mapped_column(JSON, server_default="{}")
+    idle_after_power_w: Mapped[dict[str, float | None]] = mapped_column(JSON, server_default="{}")
+    process_host: Mapped[str | None] = mapped_column(String(255))
+    process_pid: Mapped[int | None] = mapped_column(Integer)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     host: Mapped[Host | None] = relationship(lazy="joined")
     model: Mapped[Model] = relationship(lazy="joined")
@@ -182,6 +188,11 @@ class Run(Base):
             host=self.host.to_record() if self.host is not None else None,
             model_quantisation=self.model.quantisation,
             model_parameters=self.model.parameters,
+            energy_coverage=self.energy_coverage,
+            idle_after_power_w=self.idle_after_power_w,
+            process_host=self.process_host,
+            process_pid=self.process_pid,
+            heartbeat_at=self.heartbeat_at,
         )
 
 
@@ -204,6 +215,10 @@ class TaskResult(Base):
     energy_null_reason: Mapped[str | None] = mapped_column(String(64))
     completions: Mapped[list[str]] = mapped_column(JSON)
     statuses: Mapped[list[str]] = mapped_column(JSON)
+    tail_energy_j: Mapped[float | None] = mapped_column(Float)
+    prefill_energy_j: Mapped[float | None] = mapped_column(Float)
+    decode_energy_j: Mapped[float | None] = mapped_column(Float)
+    overlapped: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
     energy_readings: Mapped[list["EnergyReading"]] = relationship(
         lazy="selectin", cascade="all, delete-orphan", order_by="EnergyReading.id"
@@ -227,6 +242,10 @@ class TaskResult(Base):
             completions=list(record.completions),
             statuses=list(record.statuses),
             energy_readings=[EnergyReading.from_record(energy) for energy in record.energy],
+            tail_energy_j=record.tail_energy_j,
+            prefill_energy_j=record.prefill_energy_j,
+            decode_energy_j=record.decode_energy_j,
+            overlapped=record.overlapped,
         )
 
     def to_record(self) -> TaskResultRecord:
@@ -245,6 +264,10 @@ class TaskResult(Base):
             completions=tuple(self.completions),
             statuses=tuple(self.statuses),
             energy=tuple(reading.to_record() for reading in self.energy_readings),
+            tail_energy_j=self.tail_energy_j,
+            prefill_energy_j=self.prefill_energy_j,
+            decode_energy_j=self.decode_energy_j,
+            overlapped=self.overlapped,
         )
 
 

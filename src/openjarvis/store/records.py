@@ -55,6 +55,14 @@ class RunRecord:
     host: HostRecord | None = None
     model_quantisation: str | None = None  # "Q4_K_M"; None when unknown or not quantised
     model_parameters: int | None = None  # parameter count, when known
+    # Which energy sources the run covers: {"in_scope": [names], "out_of_scope": [names],
+    # "missing": {name: reason}}; a missing source makes the run's scope partial.
+    energy_coverage: dict[str, object] = field(default_factory=dict)
+    idle_after_power_w: dict[str, float | None] = field(default_factory=dict)  # per source
+    # The process measuring the run, and when it last said it is alive (None: unknown).
+    process_host: str | None = None
+    process_pid: int | None = None
+    heartbeat_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +97,12 @@ class TaskResultRecord:
     completions: tuple[str, ...]  # the text of each sample
     statuses: tuple[str, ...]  # sandbox status of each sample
     energy: tuple[EnergyRecord, ...] = ()
+    # Above-idle energy after the task's windows until the next window opened (the device
+    # winding down); already inside energy_j and net_energy_j.
+    tail_energy_j: float | None = None
+    prefill_energy_j: float | None = None  # window start to first token
+    decode_energy_j: float | None = None  # first token to window end, with the tail
+    overlapped: bool = False  # a window of the task overlapped another's
 
 
 @dataclass(frozen=True, slots=True)

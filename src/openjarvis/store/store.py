@@ -273,6 +273,11 @@ def run_row(session: Session, run: RunRecord, run_id: str) -> Run:
         sandbox_isolation=run.sandbox_isolation,
         idle_power_w=run.idle_power_w,
         summary=run.summary,
+        energy_coverage=run.energy_coverage,
+        idle_after_power_w=run.idle_after_power_w,
+        process_host=run.process_host,
+        process_pid=run.process_pid,
+        heartbeat_at=run.heartbeat_at,
     )
 
 
