@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine
 
 from openjarvis.store import (
     EnergyRecord,
@@ -18,11 +21,12 @@ from openjarvis.store import (
     RunRecord,
     Store,
     TaskResultRecord,
+    database,
     open_store,
 )
 from tests.postgres import PostgresServer, find_postgres_binaries
 
-__all__: list[str] = []
+__all__ = ["downgrade", "task_result"]
 
 
 @pytest.fixture(autouse=True)
@@ -174,3 +178,14 @@ def task_result(task_id: str = "HumanEval/0", **changes) -> TaskResultRecord:
 @pytest.fixture
 def make_task() -> Callable[..., TaskResultRecord]:
     return task_result
+
+
+def downgrade(path: Path, revision: str) -> None:
+    """Take a SQLite database back to an older schema, as an older OpenJarvis left it."""
+    config = Config()
+    config.set_main_option("script_location", str(database.MIGRATIONS_DIR))
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+    engine.dispose()

@@ -1,14 +1,28 @@
-"""Merging results databases: everything of a run arrives, and merging again changes nothing.
+"""Merging results databases: everything of a run arrives, and merging again changes nothing;
+sources are only read, checked first, and a merge of several is all or nothing.
 
 The target is SQLite or PostgreSQL (see conftest); sources are SQLite files, as exported.
 """
 
+import hashlib
+import random
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import IntegrityError, OperationalError
 
-from openjarvis.store import Store, merge_into, open_store
+from openjarvis.errors import UserError
+from openjarvis.store import (
+    Store,
+    merge_all,
+    merge_into,
+    open_merge_source,
+    open_store,
+)
+from tests.store.conftest import downgrade
 from tests.synthetic import add_run, make_host
 
 __all__: list[str] = []
@@ -91,3 +105,101 @@ def _fields(record: object) -> dict[str, object]:
 def test_merging_a_database_into_itself_is_refused(store: Store) -> None:
     with pytest.raises(ValueError, match="into itself"):
         merge_into(store, store)
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_source_is_read_only_and_left_byte_identical(store: Store, tmp_path: Path) -> None:
+    source = tmp_path / "laptop.db"
+    with open_store(str(source)) as laptop:
+        run_id = add_run(laptop, LAPTOP, tasks=3, trace_samples=50)
+    before = sha256_of(source)
+    with open_merge_source(str(source)) as laptop:
+        with pytest.raises(OperationalError, match="readonly"):
+            laptop.finish_run(run_id, "failed", None)
+        assert merge_all(store, [laptop])[0].added == 1
+    assert sha256_of(source) == before
+    assert store.task_results(run_id)
+
+
+def test_a_source_with_an_older_schema_is_upgraded_in_a_copy(store: Store, tmp_path: Path) -> None:
+    source = tmp_path / "old.db"
+    with open_store(str(source)) as laptop:
+        run_id = add_run(laptop, LAPTOP, tasks=2)
+    downgrade(source, "0004_request_log")
+    before = sha256_of(source)
+    with open_merge_source(str(source)) as laptop:
+        merge_into(store, laptop)
+    assert sha256_of(source) == before
+    with sqlite3.connect(source) as raw:
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchone()[0] == (
+            "0004_request_log"
+        )
+    assert len(store.task_results(run_id)) == 2
+
+
+def damage(path: Path) -> None:
+    """Overwrite a page in the middle (task data, far from the schema) with noise, as a failing
+    disk might: only reading the whole file finds it."""
+    middle = path.stat().st_size // 2 // 4096 * 4096
+    with path.open("r+b") as file:
+        file.seek(middle)
+        file.write(random.Random(0).randbytes(4096))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda path: sqlite3.connect(path).execute("CREATE TABLE foo (x)"), "not an OpenJarvis"),
+        (lambda path: path.write_text("name,joules\n" * 500), r"not an OpenJarvis .*not SQLite"),
+        (None, "is damaged"),
+    ],
+    ids=["foreign-sqlite", "text", "damaged"],
+)
+def test_a_source_that_is_not_ours_or_is_damaged_is_refused_untouched(
+    tmp_path: Path, make: Callable[[Path], object] | None, message: str
+) -> None:
+    source = tmp_path / "source.db"
+    if make is None:
+        with open_store(str(source)) as good:
+            add_run(good, LAPTOP, tasks=40, trace_samples=2000)
+        damage(source)
+    else:
+        make(source)
+    before = sha256_of(source)
+    with pytest.raises(UserError, match=message) as caught, open_merge_source(str(source)):
+        pass
+    assert "\n" not in str(caught.value)
+    assert sha256_of(source) == before
+    with sqlite3.connect(f"file:{source}?mode=ro", uri=True) as raw:
+        if make is not None and message == "not an OpenJarvis":
+            tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+            assert tables == {"foo"}
+
+
+def test_merging_several_sources_is_all_or_nothing(tmp_path: Path) -> None:
+    first, second = tmp_path / "first.db", tmp_path / "second.db"
+    with open_store(str(first)) as laptop:
+        add_run(laptop, LAPTOP, tasks=3, seed=1)
+    with open_store(str(second)) as h200:
+        failing = add_run(h200, H200, tasks=3, seed=2)
+    target_path = tmp_path / "target.db"
+    with open_store(str(target_path)) as target:
+        kept = add_run(target, H200, tasks=1, seed=3)
+    # The target refuses the second source's run half way, as a full disk or a constraint would.
+    with sqlite3.connect(target_path) as raw:
+        raw.execute(
+            f"CREATE TRIGGER refuse BEFORE INSERT ON run WHEN NEW.id = '{failing}' "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    with (
+        open_store(str(target_path)) as target,
+        open_merge_source(str(first)) as one,
+        open_merge_source(str(second)) as two,
+    ):
+        with pytest.raises(IntegrityError, match="refused"):
+            merge_all(target, [one, two])
+        assert [run.id for run in target.list_runs()] == [kept]
+    assert row_counts(f"sqlite:///{target_path}")["task_result"] == 1

@@ -9,9 +9,17 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from openjarvis.errors import UserError
-from openjarvis.store import PowerSampleRecord, database, default_database_url, open_store
+from openjarvis.store import (
+    PowerSampleRecord,
+    database,
+    default_database_url,
+    open_reader,
+    open_store,
+)
+from tests.store.conftest import downgrade
 
 __all__: list[str] = []
 
@@ -216,3 +224,54 @@ def test_failed_migration_leaves_an_existing_file_as_it_was(db_path: Path) -> No
     with sqlite3.connect(db_path) as raw:
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
     assert tables == {"theirs"}  # the migration ran in one transaction and rolled back whole
+
+
+def test_a_reader_never_creates_a_database(tmp_path: Path) -> None:
+    missing = tmp_path / "new" / "typo.db"
+    with pytest.raises(UserError, match=f"no database at {missing}; `ipw measure` creates it"):
+        open_reader(str(missing))
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_default_database_is_not_created_by_a_reader(data_home: Path) -> None:
+    with pytest.raises(UserError, match="no database at"):
+        open_reader()
+    assert not data_home.exists()
+
+
+def test_a_reader_opens_read_only_without_migrating(
+    db_path: Path, make_run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_store(str(db_path)) as store:
+        run_id = store.create_run(make_run())
+
+    def migrate(*args: object) -> None:
+        raise AssertionError("a reader migrated a database at head")
+
+    monkeypatch.setattr(database, "_migrate", migrate)
+    with open_reader(str(db_path)) as reader:
+        assert reader.get_run(run_id).id == run_id
+        with pytest.raises(OperationalError, match="readonly"):
+            reader.finish_run(run_id, "failed", None)
+
+
+def test_a_reader_upgrades_an_older_schema_it_may_write(db_path: Path, make_run) -> None:
+    with open_store(str(db_path)) as store:
+        run_id = store.create_run(make_run())
+    downgrade(db_path, "0004_request_log")  # as an OpenJarvis of one revision back left it
+    with open_reader(str(db_path)) as reader:
+        assert reader.get_run(run_id).process_pid is None
+    with sqlite3.connect(db_path) as raw:
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchone()[0] == (
+            database._head_revision()
+        )
+
+
+def test_a_reader_refuses_a_file_that_is_not_ours_and_leaves_it(db_path: Path) -> None:
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("CREATE TABLE foo (x INTEGER)")
+    before = db_path.read_bytes()
+    with pytest.raises(UserError, match="not an OpenJarvis database") as caught:
+        open_reader(str(db_path))
+    assert_one_line_with_fix(caught.value)
+    assert db_path.read_bytes() == before

@@ -12,8 +12,15 @@ from openjarvis.store.assistant import (
     latest_assistant_session,
     set_out_of_context,
 )
-from openjarvis.store.database import DATABASE_ENV_VAR, default_database_url, open_store
-from openjarvis.store.merge import MergeCounts, merge_into
+from openjarvis.store.database import (
+    DATABASE_ENV_VAR,
+    default_database_url,
+    open_merge_source,
+    open_reader,
+    open_store,
+)
+from openjarvis.store.liveness import ended_reason, refuse_if_live, shown_state
+from openjarvis.store.merge import MergeCounts, merge_all, merge_into
 from openjarvis.store.records import (
     EnergyRecord,
     HostRecord,
@@ -42,10 +49,16 @@ __all__ = [
     "assistant_messages",
     "create_assistant_session",
     "default_database_url",
+    "ended_reason",
     "latest_assistant_session",
     "log_request",
+    "merge_all",
     "merge_into",
+    "open_merge_source",
+    "open_reader",
     "open_store",
+    "refuse_if_live",
     "request_logs",
     "set_out_of_context",
+    "shown_state",
 ]

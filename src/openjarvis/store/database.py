@@ -5,12 +5,16 @@ Every failure a user can fix becomes a one-line UserError that names the fix.
 
 import os
 import re
-from contextlib import suppress
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from itertools import takewhile
 from pathlib import Path
+from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
@@ -19,13 +23,20 @@ from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from openjarvis.errors import UserError
 from openjarvis.store.store import Store
 
-__all__ = ["DATABASE_ENV_VAR", "default_database_url", "open_store"]
+__all__ = [
+    "DATABASE_ENV_VAR",
+    "default_database_url",
+    "open_merge_source",
+    "open_reader",
+    "open_store",
+]
 
 DATABASE_ENV_VAR = "OPENJARVIS_DB"
 DATABASE_FILENAME = "ipw.db"
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 10_000  # a second writer (a merge, the server) waits instead of failing
 FIX = f"pass --db or set {DATABASE_ENV_VAR}"
+DAMAGED_FIX = "restore it from a copy, or export it again where it was made"
 
 # The pip package that provides each DBAPI module SQLAlchemy may ask for.
 DRIVER_PACKAGES = {
@@ -71,6 +82,72 @@ def open_store(url: str | None = None) -> Store:
         created.remove()
         raise
     return Store(engine)
+
+
+def open_reader(url: str | None = None) -> Store:
+    """Open an existing database for a reading command (`ipw runs`, `show`, ...); never create one.
+
+    A SQLite file is opened read-only, so read-only files and folders can be read. A schema older
+    than this OpenJarvis is migrated where the file may be written, and refused where it may not.
+    """
+    location = _as_url(url) if url else default_database_url()
+    parsed = _parse(location)
+    shown = _shown(parsed)
+    engine = _reading_engine(parsed, shown, "`ipw measure` creates it")
+    try:
+        revision = _checked_revision(engine, shown, f"{FIX} to a database `ipw measure` wrote")
+    except BaseException:
+        engine.dispose()
+        raise
+    if revision == _head_revision():
+        return Store(engine)
+    engine.dispose()
+    path = _sqlite_file(parsed)
+    if path is not None and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        raise UserError(
+            f"database {path} has an older schema ({revision}) and is read-only; make it writable "
+            f"once so OpenJarvis can upgrade it, or `ipw db merge {path}` into a writable database"
+        )
+    return open_store(location)
+
+
+@contextmanager
+def open_merge_source(url_or_path: str) -> Iterator[Store]:
+    """A database to merge from, opened so that merging cannot change it (SQLite: read-only).
+
+    It is checked first: a file that is not an OpenJarvis database, or is damaged, is refused
+    with one line. An older schema is brought up to date in a temporary copy, never in place.
+    """
+    location = _as_url(url_or_path)
+    parsed = _parse(location)
+    shown = _shown(parsed)
+    path = _sqlite_file(parsed)
+    fix = "merge files that `ipw measure` or `ipw db export` wrote"
+    with ExitStack() as cleanup:
+        engine = _reading_engine(parsed, shown, "check the path")
+        cleanup.callback(engine.dispose)
+        revision = _checked_revision(engine, shown, fix)
+        if path is not None:
+            _check_integrity(engine, shown)
+        if revision == _head_revision():
+            yield Store(engine)
+            return
+        if path is None:
+            raise UserError(
+                f"{shown} has an older schema ({revision}); upgrade it first with "
+                f"`ipw runs --db {shown}`, then merge it"
+            )
+        folder = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="ipw-merge-")))
+        copy = folder / path.name
+        reading = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+        try:
+            copied = sqlite3.connect(copy)
+            reading.backup(copied)
+            copied.close()
+        finally:
+            reading.close()
+        with open_store(str(copy)) as migrated:
+            yield migrated
 
 
 def _as_url(url_or_path: str) -> str:
@@ -192,6 +269,101 @@ def _configure_sqlite_connection(
         cursor.close()
 
 
+def _reading_engine(url: URL, shown: str, missing_fix: str) -> Engine:
+    """An engine that reads and cannot write: SQLite files through a read-only (mode=ro) URI,
+    server databases in read-only transactions. A missing SQLite file is a UserError."""
+    path = _sqlite_file(url)
+    if path is None:
+        engine = _create_engine(url, shown)
+        if engine.dialect.name == "postgresql":
+            event.listen(engine, "connect", _configure_read_only_postgresql)
+        return engine
+    if path.is_dir():
+        raise UserError(f"{path} is a directory, not a database; {FIX}")
+    if not path.exists():
+        raise UserError(f"no database at {path}; {missing_fix}")
+    uri = f"file:{quote(str(path))}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+    engine = create_engine(url, creator=connect)
+    event.listen(engine, "connect", _configure_read_only_sqlite)
+    return engine
+
+
+def _configure_read_only_sqlite(
+    dbapi_connection: DBAPIConnection, connection_record: ConnectionPoolEntry
+) -> None:
+    # No journal_mode here: changing it writes to the file. A WAL file opens as WAL anyway.
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA query_only = ON")
+    finally:
+        cursor.close()
+
+
+def _configure_read_only_postgresql(
+    dbapi_connection: DBAPIConnection, connection_record: ConnectionPoolEntry
+) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    finally:
+        cursor.close()
+    dbapi_connection.commit()
+
+
+def _shown(url: URL) -> str:
+    """A database as messages name it: a SQLite file by its path, others by URL (no password)."""
+    path = _sqlite_file(url)
+    return str(path) if path is not None else url.render_as_string(hide_password=True)
+
+
+def _checked_revision(engine: Engine, shown: str, fix: str) -> str:
+    """The database's schema revision, one this OpenJarvis knows; anything else is a UserError
+    (not a database, not ours, damaged, or from a newer OpenJarvis)."""
+    try:
+        with engine.connect() as connection:
+            if not inspect(connection).has_table("alembic_version"):
+                raise UserError(
+                    f"{shown} is not an OpenJarvis database (no OpenJarvis tables); {fix}"
+                )
+            rows = connection.execute(text("SELECT version_num FROM alembic_version")).all()
+    except DatabaseError as error:
+        raise _unreadable(error, shown, fix) from None
+    revisions = [row[0] for row in rows]
+    if len(revisions) != 1 or revisions[0] not in _known_revisions():
+        raise UserError(
+            f"database {shown} has a schema this OpenJarvis does not know "
+            f"({', '.join(revisions) or 'no revision'}); upgrade openjarvis or {FIX}"
+        )
+    return revisions[0]
+
+
+def _check_integrity(engine: Engine, shown: str) -> None:
+    """Read a SQLite file whole (PRAGMA quick_check), so a damaged one is refused up front."""
+    try:
+        with engine.connect() as connection:
+            problems = [row[0] for row in connection.exec_driver_sql("PRAGMA quick_check")]
+    except DatabaseError as error:
+        raise _unreadable(error, shown, DAMAGED_FIX) from None
+    if problems != ["ok"]:
+        # quick_check frames its findings with "*** in database main ***" lines; keep the first.
+        first = next((line for line in "\n".join(problems).splitlines() if "***" not in line), "")
+        raise UserError(f"{shown} is damaged ({first}); {DAMAGED_FIX}")
+
+
+def _unreadable(error: DatabaseError, shown: str, fix: str) -> UserError:
+    code = getattr(error.orig, "sqlite_errorname", "")
+    if code == "SQLITE_NOTADB":
+        return UserError(f"{shown} is not an OpenJarvis database (not SQLite); {fix}")
+    if code == "SQLITE_CORRUPT":
+        return UserError(f"{shown} is damaged ({_first_line(error)}); {DAMAGED_FIX}")
+    return UserError(f"cannot read database {shown}: {_first_line(error)}; {fix}")
+
+
 def _lock_for_migration(connection: Connection) -> None:
     # Two processes opening a new SQLite file at once would both create the tables; taking the
     # write lock first makes the second wait (busy_timeout), then find the schema at head.
@@ -209,13 +381,23 @@ def _head_revision() -> str | None:
     Reading text, not importing Alembic, keeps every `ipw` command ~0.5 s faster when the
     database needs no migration, which is nearly always.
     """
+    revisions, parents = _revision_lines()
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _known_revisions() -> set[str]:
+    return _revision_lines()[0]
+
+
+def _revision_lines() -> tuple[set[str], set[str]]:
+    """Every migration's id, and every id some migration names as its parent."""
     revisions: set[str] = set()
     parents: set[str] = set()
     for script in (MIGRATIONS_DIR / "versions").glob("*.py"):
         for is_parent, revision in REVISION_LINE.findall(script.read_text()):
             (parents if is_parent else revisions).add(revision)
-    heads = revisions - parents
-    return heads.pop() if len(heads) == 1 else None
+    return revisions, parents
 
 
 def _at_head(engine: Engine) -> bool:

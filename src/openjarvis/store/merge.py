@@ -1,9 +1,10 @@
 """Copying runs from one results database into another, for `ipw db merge` and `ipw db export`.
 
 Idempotent: hosts match by fingerprint, models by (name, sha256), runs by id, so merging the
-same database twice leaves one copy of each run.
+same database twice leaves one copy of each run. All or nothing: one transaction for everything.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import delete, func, insert, select
@@ -12,7 +13,7 @@ from sqlalchemy.orm import Session
 from openjarvis.store.models import PowerTraceChunk, Run, TaskResult
 from openjarvis.store.store import Store, run_row
 
-__all__ = ["MergeCounts", "merge_into"]
+__all__ = ["MergeCounts", "merge_all", "merge_into"]
 
 TRACE_CHUNKS_PER_BATCH = 64  # chunks per read and insert: about 16 MiB at a time
 
@@ -25,19 +26,31 @@ class MergeCounts:
 
 
 def merge_into(target: Store, source: Store) -> MergeCounts:
-    """Copy every run of `source` (tasks, energy, power trace) into `target`, one run a commit.
+    """Copy every run of `source` (tasks, energy, power trace) into `target`; see merge_all."""
+    return merge_all(target, [source])[0]
+
+
+def merge_all(target: Store, sources: Sequence[Store]) -> list[MergeCounts]:
+    """Copy every run of each source into `target` in one transaction: all of it, or nothing.
 
     A run already in the target is replaced only when the source's copy got further (complete
-    where the target's was not, or more saved tasks), so a merge never loses work.
+    where the target's was not, or more saved tasks), so a merge never loses work. Sources are
+    only read.
     """
-    if target.url == source.url:
-        raise ValueError(f"cannot merge {source.url} into itself")
-    added = replaced = unchanged = 0
+    for source in sources:
+        if target.url == source.url:
+            raise ValueError(f"cannot merge {source.url} into itself")
     # Stores share this package, so the merge uses their sessions directly (store-internal SQL).
+    with target._session() as writing:
+        return [_merge_source(writing, source) for source in sources]
+
+
+def _merge_source(writing: Session, source: Store) -> MergeCounts:
+    added = replaced = unchanged = 0
     with source._session() as reading:
         run_ids = list(reading.scalars(select(Run.id).order_by(Run.started_at, Run.id)))
     for run_id in run_ids:
-        with source._session() as reading, target._session() as writing:
+        with source._session() as reading:
             incoming = _progress(reading, run_id)
             present = _progress(writing, run_id)
             if present is not None and present >= incoming:  # type: ignore[operator]
@@ -50,6 +63,10 @@ def merge_into(target: Store, source: Store) -> MergeCounts:
             else:
                 added += 1
             _copy_run(reading, writing, run_id)
+        # The run is written; forgetting its objects keeps memory to one run at a time and lets
+        # a later source replace it within this transaction.
+        writing.flush()
+        writing.expunge_all()
     return MergeCounts(added, replaced, unchanged)
 
 

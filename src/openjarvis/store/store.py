@@ -11,13 +11,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
-from sqlalchemy import Engine, insert, or_, select
+from sqlalchemy import ColumnElement, Engine, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from openjarvis.errors import UserError
+from openjarvis.store.liveness import refuse_if_live, this_process
 from openjarvis.store.models import (
     RUN_STATES,
     Host,
@@ -76,12 +77,21 @@ class Store:
         self._write_retrying_races(lambda session: _host_id(session, host))
 
     def create_run(self, run: RunRecord) -> str:
-        """Insert a run in state `running` and return its new id (uuid4 hex)."""
+        """Insert a run in state `running`, measured by this process, and return its new id
+        (uuid4 hex)."""
         if run.state != "running":
             raise ValueError(f"a new run starts in state 'running', not {run.state!r}")
         run_id = uuid.uuid4().hex
-
-        started = replace(run, started_at=datetime.now(UTC), finished_at=None)
+        now = datetime.now(UTC)
+        host, pid = this_process()
+        started = replace(
+            run,
+            started_at=now,
+            finished_at=None,
+            process_host=host,
+            process_pid=pid,
+            heartbeat_at=now,
+        )
 
         def write(session: Session) -> None:
             session.add(run_row(session, started, run_id))
@@ -95,10 +105,10 @@ class Store:
             _existing_run(session, run_id).idle_power_w = dict(idle_power_w)
 
     def save_task_result(self, run_id: str, result: TaskResultRecord) -> None:
-        """Save one task with its energy readings and commit."""
+        """Save one task with its energy readings and commit; this is the run's heartbeat."""
         try:
             with self._session() as session:
-                _existing_run(session, run_id)
+                _existing_run(session, run_id).heartbeat_at = datetime.now(UTC)
                 session.add(TaskResult.from_record(run_id, result))
         except IntegrityError:
             raise ValueError(f"task {result.task_id!r} is already saved in run {run_id}") from None
@@ -133,11 +143,36 @@ class Store:
                 run.energy_method = energy_method
 
     def resume_run(self, run_id: str) -> None:
-        """Put an interrupted (or failed) run back in state `running` for `--resume`."""
+        """Put an interrupted (or failed, or abandoned) run back in state `running`, measured by
+        this process, for `--resume`; a run another process still measures is refused."""
         with self._session() as session:
-            run = _existing_run(session, run_id)
-            run.state = "running"
-            run.finished_at = None
+            seen = _existing_run(session, run_id).to_record()
+            refuse_if_live(seen)
+            host, pid = this_process()
+            # Claimed only if no other process claimed it since it was read: two processes
+            # resuming at once cannot both win (a conditional UPDATE on any database).
+            claim = (
+                update(Run)
+                .where(
+                    Run.id == run_id,
+                    Run.state == seen.state,
+                    _equals(Run.process_host, seen.process_host),
+                    _equals(Run.process_pid, seen.process_pid),
+                    _equals(Run.heartbeat_at, seen.heartbeat_at),
+                )
+                .values(
+                    state="running",
+                    finished_at=None,
+                    process_host=host,
+                    process_pid=pid,
+                    heartbeat_at=datetime.now(UTC),
+                )
+                .execution_options(synchronize_session=False)
+            )
+            claimed = session.execute(claim).rowcount == 1
+        if not claimed:
+            refuse_if_live(self.get_run(run_id))
+            raise UserError(f"run {run_id} changed while it was being resumed; try again")
 
     # Reads: a run id may be given as a unique prefix, as users type it.
 
@@ -146,6 +181,17 @@ class Store:
             full_id = self._resolve_run_id(session, run_id)
             run = session.get_one(Run, full_id)
             return run.to_record()
+
+    def saved_task_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many tasks each run has saved (exact ids, as listed); 0 for runs with none."""
+        query = (
+            select(TaskResult.run_id, func.count())
+            .where(TaskResult.run_id.in_(run_ids))
+            .group_by(TaskResult.run_id)
+        )
+        with self._session() as session:
+            counts = {run_id: count for run_id, count in session.execute(query)}
+        return {run_id: counts.get(run_id, 0) for run_id in run_ids}
 
     def task_results(self, run_id: str) -> list[TaskResultRecord]:
         """The run's saved tasks, in the order they were saved, with their energy readings."""
@@ -243,6 +289,10 @@ class Store:
         if len(matches) > 1:
             raise UserError(f"run id '{prefix}' matches several runs; give more of the id")
         return matches[0]
+
+
+def _equals(column: ColumnElement[Any], value: object) -> ColumnElement[bool]:
+    return column.is_(None) if value is None else column == value
 
 
 def _existing_run(session: Session, run_id: str) -> Run:
