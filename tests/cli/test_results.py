@@ -72,6 +72,7 @@ def test_runs_rejects_a_bad_date(db: str) -> None:
 
 
 def test_runs_on_an_empty_database(db: str) -> None:
+    open_store(db).close()
     code, output, _ = ipw("runs", "--db", db)
     assert code == 0 and "no runs match" in output
 
@@ -173,7 +174,7 @@ def test_db_export_then_merge_twice_leaves_one_copy(store: Store, db: str, tmp_p
 
 def test_db_merge_errors(db: str, tmp_path: Path) -> None:
     _, _, error = ipw("db", "merge", str(tmp_path / "missing.db"), "--db", db)
-    assert isinstance(error, UserError) and "no database file" in str(error)
+    assert isinstance(error, UserError) and "no database at" in str(error)
     open_store(db).close()
     _, _, error = ipw("db", "merge", db, "--db", db)
     assert isinstance(error, UserError) and "being merged into" in str(error)

@@ -28,7 +28,7 @@ from openjarvis.report.runs import (
     model_label,
     run_row,
 )
-from openjarvis.store import RunRecord, open_store
+from openjarvis.store import RunRecord, open_reader
 
 __all__ = ["compare_command"]
 
@@ -44,7 +44,7 @@ def compare_command(
     """Compare runs side by side: figures, and ratios to the first run with 95 % intervals."""
     if len(runs) < 2:
         raise UserError("compare needs at least two run ids, e.g. `ipw compare 3f2a 9c1e`")
-    with open_store(db) as store:
+    with open_reader(db) as store:
         records = [store.get_run(run) for run in runs]
         tasks = [store.task_results(record.id or "") for record in records]
     for record, saved in zip(records, tasks, strict=True):

@@ -1,8 +1,10 @@
 """`ipw db export` and `ipw db merge`: move runs between databases, from machine to machine.
 
-Merging is idempotent (runs match by id), so the same file can be merged again safely.
+Merging is idempotent (runs match by id), so the same file can be merged again safely. Sources
+are only read, every source is checked before anything is written, and a merge is all or nothing.
 """
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +13,14 @@ from rich.console import Console
 
 from openjarvis.cli.results import DatabaseOption
 from openjarvis.errors import UserError
-from openjarvis.store import MergeCounts, Store, merge_into, open_store
+from openjarvis.store import (
+    MergeCounts,
+    Store,
+    merge_all,
+    open_merge_source,
+    open_reader,
+    open_store,
+)
 
 __all__ = ["db_app"]
 
@@ -28,10 +37,11 @@ def _describe(counts: MergeCounts) -> str:
     )
 
 
-def _merge(target: Store, source: Store) -> MergeCounts:
-    if target.url == source.url:
-        raise UserError(f"{source.url} is the database being merged into; name another file")
-    return merge_into(target, source)
+def _merge(target: Store, sources: list[Store]) -> list[MergeCounts]:
+    for source in sources:
+        if target.url == source.url:
+            raise UserError(f"{source.url} is the database being merged into; name another file")
+    return merge_all(target, sources)
 
 
 @db_app.command("export")
@@ -42,8 +52,14 @@ def export_command(
     """Copy every run of the database into a new SQLite file, to merge on another machine."""
     if file.exists():
         raise UserError(f"{file} already exists; name a new file, or `ipw db merge` into it")
-    with open_store(db) as source, open_store(str(file)) as target:
-        counts = _merge(target, source)
+    with open_reader(db) as source:
+        try:
+            with open_store(str(file)) as target:
+                (counts,) = _merge(target, [source])
+        except BaseException:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{file}{suffix}").unlink(missing_ok=True)  # ours: it did not exist
+            raise
     Console().print(f"exported to {file}: {counts.added} run(s)")
 
 
@@ -53,11 +69,11 @@ def merge_command(
     db: DatabaseOption = None,
 ) -> None:
     """Merge runs from other databases into this one; merging a run again changes nothing."""
+    with ExitStack() as stack:
+        # Every source is opened and checked before the target is opened, let alone written.
+        sources = [stack.enter_context(open_merge_source(name)) for name in files]
+        target = stack.enter_context(open_store(db))
+        counts = _merge(target, sources)
     console = Console()
-    with open_store(db) as target:
-        for name in files:
-            if "://" not in name and not Path(name).is_file():
-                raise UserError(f"no database file at {name}; check the path")
-            with open_store(name) as source:
-                counts = _merge(target, source)
-            console.print(f"merged {name}: {_describe(counts)}")
+    for name, merged in zip(files, counts, strict=True):
+        console.print(f"merged {name}: {_describe(merged)}")

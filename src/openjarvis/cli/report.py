@@ -12,7 +12,7 @@ from rich.console import Console
 
 from openjarvis.cli.results import DatabaseOption, parse_since
 from openjarvis.errors import UserError
-from openjarvis.store import PowerSeries, RunRecord, Store, open_store
+from openjarvis.store import PowerSeries, RunRecord, Store, open_reader
 
 __all__ = ["report_command"]
 
@@ -40,7 +40,7 @@ def report_command(
 
     # Started first: the workers import matplotlib while this process reads the database.
     with PlotWorkers() as workers:
-        with open_store(db) as store:
+        with open_reader(db) as store:
             runs = store.list_runs(
                 limit=limit, model=model, host=host, suite=suite, since=parse_since(since)
             )

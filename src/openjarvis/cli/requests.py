@@ -37,9 +37,9 @@ def requests_command(
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON, not a table")] = False,
 ) -> None:
     """List the requests `jarvis serve` logged, with joules per request and in total."""
-    from openjarvis.store import open_store, request_logs
+    from openjarvis.store import open_reader, request_logs
 
-    with open_store(db) as store:
+    with open_reader(db) as store:
         logs = request_logs(store, since=_since(since), model=model)
     known = [r.energy_j for r in logs if r.energy_j is not None]
     methods = sorted({r.energy_method for r in logs if r.energy_method})

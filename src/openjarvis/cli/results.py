@@ -25,7 +25,7 @@ from openjarvis.report.runs import (
     run_row,
     run_to_dict,
 )
-from openjarvis.store import RunRecord, TaskResultRecord, open_store
+from openjarvis.store import RunRecord, TaskResultRecord, open_reader, shown_state
 
 __all__ = [
     "DatabaseOption",
@@ -64,14 +64,18 @@ def runs_command(
     json_output: JsonOption = False,
 ) -> None:
     """List stored runs, newest first."""
-    with open_store(db) as store:
-        runs = store.list_runs(
-            limit=limit, model=model, host=host, suite=suite, since=parse_since(since)
-        )
+    since_time = parse_since(since)
+    with open_reader(db) as store:
+        runs = store.list_runs(limit=limit, model=model, host=host, suite=suite, since=since_time)
+        saved = store.saved_task_counts([run.id or "" for run in runs])
         url = store.url
     console = Console()
     if json_output:
-        console.file.write(json.dumps([run_row(run) for run in runs], indent=2) + "\n")
+        rows = [
+            {**run_row(run), "shown_state": shown_state(run), "saved_tasks": saved[run.id or ""]}
+            for run in runs
+        ]
+        console.file.write(json.dumps(rows, indent=2) + "\n")
         return
     if not runs:
         console.print(f"no runs match in {url}; `ipw measure` records one")
@@ -88,11 +92,11 @@ def runs_command(
         table.add_row(
             (run.id or "")[:8],
             started.strftime("%Y-%m-%d %H:%M") if started else "—",
-            run.state,
+            shown_state(run),
             model_label(run),
             host_label(run),
             run.suite,
-            str((run.summary or {}).get("tasks", "—")),
+            str(saved[run.id or ""]),
             format_value(figure(run, "accuracy")[0]),
             mark_estimate(format_value(figure(run, "mean_energy_j")[0]), run),
             mark_estimate(format_value(figure(run, "accuracy_per_joule")[0]), run),
@@ -107,15 +111,16 @@ def show_command(
     json_output: JsonOption = False,
 ) -> None:
     """Show one run: what ran where, its figures with 95 % intervals, and every task."""
-    with open_store(db) as store:
+    with open_reader(db) as store:
         record = store.get_run(run)
         tasks = store.task_results(record.id or run)
     figures = run_figures(tasks)
-    note = None if record.state == "complete" else f"run is {record.state}: figures are partial"
+    state = shown_state(record)
+    note = None if state == "complete" else f"run is {state}: figures are partial"
     console = Console()
     if json_output:
         data: dict[str, Any] = {
-            "run": run_to_dict(record),
+            "run": {**run_to_dict(record), "shown_state": state},
             "figures": figures.to_dict() if figures else None,
             "figures_note": note,
             "tasks": [dataclasses.asdict(task) for task in tasks],
@@ -146,7 +151,8 @@ def _metadata_table(run: RunRecord) -> Table:
         run.finished_at.astimezone().isoformat(timespec="seconds") if run.finished_at else "—"
     )
     rows = [
-        ("state", run.state),
+        ("state", shown_state(run)),
+        ("process", _process_text(run)),
         ("started / finished", f"{started} / {finished}"),
         ("model", model_label(run)),
         ("model file", f"{run.model_path or '—'} (sha256 {run.model_sha256 or '—'})"),
@@ -171,6 +177,13 @@ def _metadata_table(run: RunRecord) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _process_text(run: RunRecord) -> str:
+    if run.process_pid is None:
+        return "—"
+    beat = run.heartbeat_at.astimezone().isoformat(timespec="seconds") if run.heartbeat_at else "—"
+    return f"pid {run.process_pid} on {run.process_host} · last heartbeat {beat}"
 
 
 def interval_text(estimate: Estimate) -> str:

@@ -142,7 +142,7 @@ def run_row(run: RunRecord) -> dict[str, Any]:
 def run_to_dict(run: RunRecord) -> dict[str, Any]:
     """The whole record, JSON-ready (times as ISO 8601 strings, the host as a dict)."""
     data = {field.name: getattr(run, field.name) for field in dataclasses.fields(run)}
-    for key in ("started_at", "finished_at"):
+    for key in ("started_at", "finished_at", "heartbeat_at"):
         data[key] = data[key].isoformat() if isinstance(data[key], datetime) else None
     if run.host is not None:
         data["host"] = {

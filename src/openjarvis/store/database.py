@@ -139,7 +139,7 @@ def open_merge_source(url_or_path: str) -> Iterator[Store]:
             )
         folder = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="ipw-merge-")))
         copy = folder / path.name
-        reading = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+        reading = _read_only_connection(path)
         try:
             copied = sqlite3.connect(copy)
             reading.backup(copied)
@@ -282,14 +282,24 @@ def _reading_engine(url: URL, shown: str, missing_fix: str) -> Engine:
         raise UserError(f"{path} is a directory, not a database; {FIX}")
     if not path.exists():
         raise UserError(f"no database at {path}; {missing_fix}")
-    uri = f"file:{quote(str(path))}?mode=ro"
-
-    def connect() -> sqlite3.Connection:
-        return sqlite3.connect(uri, uri=True, check_same_thread=False)
-
-    engine = create_engine(url, creator=connect)
+    engine = create_engine(url, creator=lambda: _read_only_connection(path))
     event.listen(engine, "connect", _configure_read_only_sqlite)
     return engine
+
+
+def _read_only_connection(path: Path) -> sqlite3.Connection:
+    uri = f"file:{quote(str(path))}?mode=ro"
+    connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    try:
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchall()
+    except sqlite3.OperationalError:
+        connection.close()
+        if Path(f"{path}-wal").exists():
+            raise
+        # A WAL file in a folder nobody may write (a read-only mount): SQLite cannot make its
+        # -shm file there. Without a -wal file no writer has it open, so it reads as it stands.
+        return sqlite3.connect(f"{uri}&immutable=1", uri=True, check_same_thread=False)
+    return connection
 
 
 def _configure_read_only_sqlite(
