@@ -1,5 +1,7 @@
-"""Interrupted runs: Ctrl-C marks them interrupted, and --resume finishes them without redoing
-a task, to the same accuracy figures as an uninterrupted run (greedy decoding is deterministic).
+"""Interrupted runs: Ctrl-C and SIGTERM mark them interrupted and say how to resume, a killed
+run shows as interrupted (process ended), a run still being measured cannot be resumed, and
+--resume finishes a run without redoing a task, to the same accuracy figures as an uninterrupted
+run (greedy decoding is deterministic).
 """
 
 import json
@@ -18,6 +20,8 @@ from tests.signals import default_sigint
 pytestmark = pytest.mark.e2e
 
 MEASURE = ["measure", "--limit", "3", "--idle-seconds", "1", "--json"]
+# Long enough that the run is still going whatever the test does before it stops it.
+MEASURE_LONG = ["measure", "--limit", "20", "--idle-seconds", "1", "--json"]
 
 
 def _start(db: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
@@ -44,6 +48,13 @@ def _wait_for_first_task(db: Path, process: subprocess.Popen[str]) -> str:
     raise AssertionError("no task was saved within 300 s")
 
 
+def _resume_line(run_id: str, tasks_saved: int, db: Path) -> str:
+    return (
+        f"interrupted: run {run_id} is marked interrupted with {tasks_saved} task(s) saved; "
+        f"continue it with `ipw measure --resume {run_id} --db {db}`"
+    )
+
+
 @pytest.fixture()
 def env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
@@ -61,6 +72,17 @@ def test_sigkilled_run_resumes_to_the_figures_of_an_uninterrupted_run(
         finished_before = len(store.task_results(run_id))
         assert store.get_run(run_id).state == "running"  # SIGKILL gave it no chance to say more
     assert 1 <= finished_before < 3
+    # ... but its process is gone, and `ipw runs` and `ipw show` say so, with the saved tasks.
+    listed = _start(killed_db, env, "runs", "--json")
+    out, err = listed.communicate(timeout=120)
+    assert listed.returncode == 0, err
+    (row,) = json.loads(out)
+    assert row["shown_state"] == "interrupted (process ended)"
+    assert row["saved_tasks"] == finished_before
+    shown = _start(killed_db, env, "show", run_id)
+    out, err = shown.communicate(timeout=120)
+    assert shown.returncode == 0, err
+    assert "interrupted (process ended)" in out
 
     resumed = _start(killed_db, env, "measure", "--resume", run_id, "--json")
     out, err = resumed.communicate(timeout=600)
@@ -97,7 +119,9 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_finished_tasks(
     assert "Traceback" not in err
     with open_store(str(db)) as store:
         assert store.get_run(run_id).state == "interrupted"
-        assert store.task_results(run_id)
+        saved = len(store.task_results(run_id))
+    assert saved >= 1
+    assert err.strip().splitlines()[-1] == _resume_line(run_id, saved, db)
     again = _start(db, env, "measure", "--resume", run_id, "--json")
     again.communicate(timeout=600)
     assert again.returncode == 0
@@ -105,3 +129,33 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_finished_tasks(
     _, err = done.communicate(timeout=120)
     assert done.returncode == 2
     assert "already complete" in err
+
+
+def test_a_live_run_cannot_be_resumed_and_sigterm_interrupts_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    db = tmp_path / "runs.db"
+    process = _start(db, env, *MEASURE_LONG)
+    run_id = _wait_for_first_task(db, process)
+
+    second = _start(db, env, "measure", "--resume", run_id)
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 2
+    assert err == (
+        f"error: run {run_id} is still being measured by process {process.pid} on this machine; "
+        f"let it finish, or stop it (Ctrl-C, or `kill {process.pid}`) and resume it then\n"
+    )
+    assert process.poll() is None  # the first process measures on, undisturbed
+    with open_store(str(db)) as store:
+        assert store.get_run(run_id).process_pid == process.pid
+
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143
+    assert "Traceback" not in err
+    with open_store(str(db)) as store:
+        run = store.get_run(run_id)
+        saved = len(store.task_results(run_id))
+    assert run.state == "interrupted"
+    assert 1 <= saved < 20
+    assert err.strip().splitlines()[-1] == _resume_line(run_id, saved, db)

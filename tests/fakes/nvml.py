@@ -4,12 +4,17 @@ Tests put it in sys.modules["pynvml"]; tests/power/test_nvml.py checks it agains
 """
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING
 
 import pytest
 
-__all__ = ["FakeGpu", "FakeNvml", "install_fake_nvml"]
+if TYPE_CHECKING:
+    from tests.fakes.clock import FakeClock
+
+__all__ = ["FakeGpu", "FakeNvml", "SteppingCounter", "install_fake_nvml"]
 
 # The values of the real library's constants (checked against it by a test).
 NVML_SUCCESS = 0
@@ -51,7 +56,9 @@ class FakeGpu:
     instant_power_field: bool = True  # False: a driver older than NVML_FI_DEV_POWER_INSTANT
     power_limit_mw: int = 700_000
     lost: bool = False
+    energy_error: int | None = None  # an NVML error code that reading the counter raises
     field_queries: list[int] = field(default_factory=list)
+    energy_reads: int = 0  # successful or not
 
 
 class FakeNvml(ModuleType):
@@ -113,6 +120,9 @@ class FakeNvml(ModuleType):
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeGpu) -> int:
         gpu = self._device(handle)
+        gpu.energy_reads += 1
+        if gpu.energy_error is not None:
+            raise NVMLError(gpu.energy_error)
         if gpu.energy_mj is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return gpu.energy_mj
@@ -149,3 +159,46 @@ def install_fake_nvml(
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return fake
+
+
+class SteppingCounter:
+    """A GPU's total-energy counter as NVML keeps it: the board's energy grows with its power
+    continuously, but a read returns the value of the last refresh (every `period_s`, from
+    `phase_s`). `power_w(t)` gives the board's power; the fake clock's hook integrates it.
+    """
+
+    def __init__(
+        self,
+        clock: "FakeClock",
+        gpu: FakeGpu,
+        power_w: Callable[[float], float],
+        period_s: float = 0.1,
+        phase_s: float = 0.0,
+        step_s: float = 0.0005,
+    ) -> None:
+        self.gpu = gpu
+        self.power_w = power_w
+        self.period_s = period_s
+        self.step_s = step_s
+        self.time_s = clock.now_s
+        self.energy_j = 0.0
+        self.next_refresh_s = phase_s + period_s * ((self.time_s - phase_s) // period_s + 1)
+        gpu.energy_mj = 0
+        clock.hooks.append(self.follow)
+
+    def follow(self, now_s: float) -> None:
+        """Integrate power up to `now_s`, publishing the energy at each refresh passed."""
+        while self.time_s < now_s:
+            step_s = min(self.step_s, now_s - self.time_s, self.next_refresh_s - self.time_s)
+            middle_s = self.time_s + 0.5 * step_s
+            self.energy_j += self.power_w(middle_s) * step_s
+            self.time_s += step_s
+            if self.time_s >= self.next_refresh_s - 1e-12:
+                self.gpu.energy_mj = round(self.energy_j * 1000)
+                self.next_refresh_s += self.period_s
+
+    def true_energy_j(self, start_s: float, end_s: float, step_s: float = 0.0001) -> float:
+        """The board's energy between two instants (what a perfect meter would say)."""
+        steps = max(1, round((end_s - start_s) / step_s))
+        width_s = (end_s - start_s) / steps
+        return sum(self.power_w(start_s + (i + 0.5) * width_s) * width_s for i in range(steps))

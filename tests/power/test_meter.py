@@ -1,4 +1,5 @@
-"""The Meter over fake hardware: scopes, estimates, resolution, overlap, idle, nulls, traces."""
+"""The Meter over fake hardware: scopes, estimates, windows that never wait, overlap, idle, nulls,
+traces."""
 
 import threading
 import time
@@ -10,7 +11,7 @@ from openjarvis.power.meter import Meter
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.types import SourceEnergy
 from tests.fakes.clock import FakeClock
-from tests.fakes.nvml import FakeGpu, FakeNvml, install_fake_nvml
+from tests.fakes.nvml import FakeGpu, FakeNvml, SteppingCounter, install_fake_nvml
 from tests.fakes.sysfs import FakePowercap, laptop_with_psys, one_socket, two_sockets
 
 J = 1_000_000  # microjoules per joule
@@ -23,7 +24,8 @@ def by_name(sources: tuple[SourceEnergy, ...], name: str) -> SourceEnergy:
 
 
 def follow_power(clock: FakeClock, fake: FakeNvml, watts: dict[int, float]) -> None:
-    """Make GPU i's energy counter grow at watts[i] as the fake clock moves."""
+    """Make GPU i's energy counter grow at watts[i] as the fake clock moves (no refresh steps:
+    for the trace tests, which read it once a second)."""
 
     def hook(now_s: float) -> None:
         del now_s
@@ -33,19 +35,29 @@ def follow_power(clock: FakeClock, fake: FakeNvml, watts: dict[int, float]) -> N
     clock.hooks.append(hook)
 
 
+def spend(meter: Meter, clock: FakeClock, seconds: float) -> None:
+    """Let `seconds` pass as the sampler thread would see them: reading each source when due."""
+    end_s = clock.now_s + seconds
+    while clock.now_s < end_s - 1e-12:
+        delay_s = meter.poll()
+        clock.advance(min(max(delay_s, 1e-4), end_s - clock.now_s))
+
+
 @pytest.fixture
 def server(
     monkeypatch: pytest.MonkeyPatch, no_hardware: Path, clock: FakeClock
 ) -> tuple[FakeNvml, FakePowercap]:
-    """Two GPUs and two sockets, each counter set by hand."""
+    """Two GPUs whose counters refresh every 100 ms (300 W and 200 W), and two sockets."""
     fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID_A), FakeGpu(UUID_B)])
+    SteppingCounter(clock, fake.gpus[0], lambda t: 300.0, phase_s=0.037)
+    SteppingCounter(clock, fake.gpus[1], lambda t: 200.0, phase_s=0.081)
     return fake, two_sockets(no_hardware)
 
 
 def run_server_window(meter: Meter, clock: FakeClock, fake: FakeNvml, tree: FakePowercap) -> float:
+    spend(meter, clock, 0.5)  # the sampler learns when each counter refreshes
     with meter.window("task") as window:
-        clock.advance(2.0)
-        fake.gpus[0].energy_mj, fake.gpus[1].energy_mj = 600_000, 400_000  # 600 J + 400 J
+        spend(meter, clock, 2.0)  # the GPUs: 600 J + 400 J
         tree.set_energy_uj("intel-rapl:0", 100 * J)
         tree.set_energy_uj("intel-rapl:0:0", 80 * J)  # core: inside the package
         tree.set_energy_uj("intel-rapl:1", 90 * J)
@@ -57,7 +69,7 @@ def run_server_window(meter: Meter, clock: FakeClock, fake: FakeNvml, tree: Fake
 @pytest.mark.parametrize(("scope", "expected_j"), [("accelerator", 1000.0), ("system", 1220.0)])
 def test_scope_sums(server: tuple, clock: FakeClock, scope: str, expected_j: float) -> None:
     fake, tree = server
-    meter = Meter.discover(scope, clock=clock)  # type: ignore[arg-type]
+    meter = Meter.discover(scope, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
     assert "estimate:cpu" not in [source.name for source in meter.sources]
     assert meter.method == "counter"
     assert run_server_window(meter, clock, fake, tree) == pytest.approx(expected_j)
@@ -118,66 +130,64 @@ def test_accelerator_scope_without_gpus_is_none_no_device(
     assert by_name(result.sources, "estimate:cpu").energy_j is not None
 
 
-@pytest.mark.parametrize(
-    ("seconds", "duration_s", "energy_j", "low_resolution"),
-    [(0.05, 0.1, 10.0, True), (0.5, 0.5, 50.0, True), (2.0, 2.0, 200.0, False)],
-)
-def test_short_windows_are_held_open_for_one_refresh_and_flagged(
-    monkeypatch: pytest.MonkeyPatch,
-    clock: FakeClock,
-    seconds: float,
-    duration_s: float,
-    energy_j: float,
-    low_resolution: bool,
+@pytest.mark.parametrize(("seconds", "low_resolution"), [(0.02, True), (0.5, True), (2.0, False)])
+def test_windows_close_at_once_and_resolve_from_the_refreshes(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, seconds: float, low_resolution: bool
 ) -> None:
     fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID_A)])
-    follow_power(clock, fake, {0: 100.0})
+    SteppingCounter(clock, fake.gpus[0], lambda t: 100.0, phase_s=0.063)
     meter = Meter.discover("accelerator", sysfs_root="/nonexistent", clock=clock, sleep=clock.sleep)
     assert meter.resolution_s == pytest.approx(0.1)
+    spend(meter, clock, 0.5)
+    reads = fake.calls
+    opened_s = clock.now_s
     with meter.window("task") as window:
+        assert clock.now_s == opened_s  # opening waited for nothing
         clock.advance(seconds)
-    result = window.result
-    assert result.duration_s == pytest.approx(duration_s)
-    assert result.energy_j == pytest.approx(energy_j)
+    assert clock.now_s == opened_s + seconds  # nor did closing: no sleep in the caller
+    assert fake.calls == reads  # and NVML (milliseconds a call) is never read at the edges
+    result = window.result  # waits, after the window, for the refresh past its end
+    assert result.duration_s == pytest.approx(seconds)
+    assert result.energy_j == pytest.approx(100.0 * seconds, rel=1e-6)
     assert (result.null_reason, result.low_resolution) == (None, low_resolution)
 
 
-def test_a_window_whose_counter_did_not_refresh_is_none(
+def test_a_counter_that_stops_refreshing_gives_none_not_a_stale_number(
     monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
-    """Should the wait fall short (a sleep cut short), the stale counter is still not read as
-    a number: too short is null with its reason."""
     fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID_A)])
-    follow_power(clock, fake, {0: 100.0})
-    meter = Meter.discover(
-        "accelerator", sysfs_root="/nonexistent", clock=clock, sleep=lambda seconds: None
-    )
+    counter = SteppingCounter(clock, fake.gpus[0], lambda t: 100.0)
+    meter = Meter.discover("accelerator", sysfs_root="/nonexistent", clock=clock, sleep=clock.sleep)
+    spend(meter, clock, 0.5)
     with meter.window("task") as window:
-        clock.advance(0.05)
-    assert (window.result.energy_j, window.result.null_reason) == (None, "window-too-short")
+        clock.hooks.remove(counter.follow)  # the counter freezes
+        spend(meter, clock, 0.3)
+    assert (window.result.energy_j, window.result.null_reason) == (None, "no-refresh")
 
 
 def test_overlapping_windows_are_marked_and_counted_once_in_the_total(
     monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
     fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID_A)])
-    follow_power(clock, fake, {0: 100.0})
-    meter = Meter.discover("accelerator", sysfs_root="/nonexistent", clock=clock)
+    SteppingCounter(clock, fake.gpus[0], lambda t: 100.0, phase_s=0.02)
+    meter = Meter.discover("accelerator", sysfs_root="/nonexistent", clock=clock, sleep=clock.sleep)
+    spend(meter, clock, 0.5)
     first, second = meter.window("a"), meter.window("b")
     a = first.__enter__()
-    clock.advance(1.0)
+    spend(meter, clock, 1.0)
     b = second.__enter__()
-    clock.advance(1.0)
+    spend(meter, clock, 1.0)
     first.__exit__(None, None, None)
-    clock.advance(1.0)
+    spend(meter, clock, 1.0)
     second.__exit__(None, None, None)
-    clock.advance(5.0)  # outside every window: not in the total
+    spend(meter, clock, 5.0)  # outside every window: not in the total (no idle: no tails)
     with meter.window("c") as c:
-        clock.advance(1.0)
-    assert (a.result.energy_j, b.result.energy_j, c.result.energy_j) == (200.0, 200.0, 100.0)
+        spend(meter, clock, 1.0)
+    energies = (a.result.energy_j, b.result.energy_j, c.result.energy_j)
+    assert energies == pytest.approx((200.0, 200.0, 100.0))
     assert (a.result.overlapped, b.result.overlapped, c.result.overlapped) == (True, True, False)
     total = meter.total()
-    assert (total.energy_j, total.covered_s, total.windows) == (400.0, 4.0, 3)
+    assert (total.energy_j, total.covered_s, total.windows) == pytest.approx((400.0, 4.0, 3))
 
 
 def test_concurrent_windows_from_threads_never_count_a_joule_twice() -> None:
@@ -210,44 +220,50 @@ def test_idle_power_is_measured_and_subtracted(
     monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
     fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID_A)])
-    watts = {0: 80.0}
-    follow_power(clock, fake, watts)
+    busy: list[tuple[float, float]] = []  # (start_s, end_s) at 300 W; 80 W otherwise
+    SteppingCounter(
+        clock, fake.gpus[0], lambda t: 300.0 if any(a <= t < b for a, b in busy) else 80.0
+    )
     meter = Meter.discover(
         "accelerator", "/nonexistent", estimate_cpu=False, clock=clock, sleep=clock.sleep
     )
+    spend(meter, clock, 0.5)
     with meter.window("before idle") as early:
-        clock.advance(1.0)
+        spend(meter, clock, 1.0)
     assert early.result.net_energy_j is None
     baseline = meter.measure_idle(3.0)
     assert baseline.power_w == {f"nvml:{UUID_A}": pytest.approx(80.0)}
+    assert baseline.error_w[f"nvml:{UUID_A}"] == pytest.approx(0.0, abs=1e-6)
     assert baseline.seconds == pytest.approx(3.0)
     with meter.window("task") as window:
-        watts[0] = 300.0  # the counter now grows at 300 W from its 80 W history
-        base_mj = fake.gpus[0].energy_mj
-        clock.hooks[0] = lambda now_s: setattr(
-            fake.gpus[0], "energy_mj", base_mj + round(300.0 * (now_s - start_s) * 1000)
-        )
-        start_s = clock.now_s
-        clock.advance(2.0)
+        busy.append((clock.now_s, clock.now_s + 2.0))
+        spend(meter, clock, 2.0)
+    spend(meter, clock, 1.0)
+    meter.settle()
     (gpu,) = window.result.sources
-    assert (gpu.energy_j, gpu.idle_power_w, gpu.net_energy_j) == (600.0, 80.0, 440.0)
+    assert gpu.energy_j == pytest.approx(600.0)
+    assert (gpu.idle_power_w, gpu.net_energy_j) == (pytest.approx(80.0), pytest.approx(440.0))
     assert window.result.net_energy_j == pytest.approx(440.0)
-    assert meter.total().net_energy_j == pytest.approx((80.0 - 80.0) + 440.0)
+    assert window.result.tail_energy_j == pytest.approx(0.0, abs=1e-6)
+    assert meter.total().net_energy_j == pytest.approx(440.0)
 
 
 def test_one_failed_source_makes_the_sum_none_with_its_reason(
     monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
     fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID_A), FakeGpu(UUID_B)])
-    meter = Meter.discover("accelerator", sysfs_root="/nonexistent", clock=clock)
+    SteppingCounter(clock, fake.gpus[0], lambda t: 25.0)
+    SteppingCounter(clock, fake.gpus[1], lambda t: 25.0)
+    meter = Meter.discover("accelerator", sysfs_root="/nonexistent", clock=clock, sleep=clock.sleep)
+    spend(meter, clock, 0.5)
     with meter.window("task") as window:
-        clock.advance(1.0)
-        fake.gpus[0].energy_mj = 50_000
+        spend(meter, clock, 1.0)
         fake.gpus[1].lost = True
+        spend(meter, clock, 1.0)
     result = window.result
     assert (result.energy_j, result.net_energy_j, result.null_reason) == (None, None, "vanished")
     assert result.method == "counter"
-    assert by_name(result.sources, f"nvml:{UUID_A}").energy_j == pytest.approx(50.0)
+    assert by_name(result.sources, f"nvml:{UUID_A}").energy_j == pytest.approx(50.0, rel=1e-3)
     assert meter.total().energy_j is None
     assert meter.total().null_reason == "vanished"
 

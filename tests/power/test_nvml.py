@@ -10,7 +10,8 @@ from openjarvis.power.nvml import discover_nvml
 from openjarvis.power.sources import ReadError
 from tests.fakes import nvml as fake_nvml
 from tests.fakes.clock import FakeClock
-from tests.fakes.nvml import FakeGpu, install_fake_nvml
+from tests.fakes.nvml import FakeGpu, SteppingCounter, install_fake_nvml
+from tests.power.test_meter import spend
 
 UUID_A = "GPU-aaaa1111-0000-0000-0000-000000000000"
 UUID_B = "GPU-bbbb2222-0000-0000-0000-000000000000"
@@ -33,19 +34,25 @@ def test_energy_counter_is_read_in_joules_with_name_uuid_and_limit(
     assert found.statuses[0].detail == "NVIDIA H200, 700 W limit, energy counter"
 
 
-def test_counter_window_reads_one_call_per_gpu_per_edge(
+def test_counter_gpus_are_read_only_by_the_sampler_once_per_refresh(
     monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
     fake = install_fake_nvml(monkeypatch, two_gpus())
-    meter = Meter(discover_nvml(None).sources, "accelerator", clock=clock)
+    SteppingCounter(clock, fake.gpus[0], lambda t: 300.0, phase_s=0.011)
+    SteppingCounter(clock, fake.gpus[1], lambda t: 125.25, phase_s=0.052)
+    meter = Meter(discover_nvml(None).sources, "accelerator", clock=clock, sleep=clock.sleep)
+    spend(meter, clock, 1.0)  # the sampler learns each counter's refresh phase
     fake.calls = 0
     with meter.window("task") as window:
-        clock.advance(2.0)
-        fake.gpus[0].energy_mj = 1_600_000
-        fake.gpus[1].energy_mj = 1_250_500
+        assert fake.calls == 0  # a window's edges never call NVML (milliseconds a call)
+        spend(meter, clock, 2.0)
     assert window.result.energy_j == pytest.approx(600.0 + 250.5)
     assert window.result.method == "counter"
-    assert fake.calls == 4  # only the energy counter, never power as well
+    # Once the phase is known: about one read per refresh per GPU (plus a check now and then),
+    # never the power reading as well.
+    assert 2 * 20 <= fake.calls <= 2 * 20 * 1.3
+    phases = [t.refresh.phase_s % 0.1 for t in meter._tracks if t.refresh is not None]
+    assert phases == [pytest.approx(0.011, abs=0.004), pytest.approx(0.052, abs=0.004)]
 
 
 def test_without_a_counter_power_is_integrated_between_samples(
@@ -100,9 +107,8 @@ def test_a_counter_gpu_never_queries_power(monkeypatch: pytest.MonkeyPatch) -> N
     found = discover_nvml(None)
     assert [gpu.reading for gpu in found.sources] == ["energy_counter", "energy_counter"]
     assert all(not gpu.field_queries for gpu in fake.gpus)
-    # Windows read the counter at their edges; the sampler reads it for traces only, and
-    # slowly, since one read costs milliseconds of CPU on real GPUs.
-    assert all(gpu.sample_period_s == 1.0 for gpu in found.sources)
+    # The sampler reads the counter once per refresh; trace points are a second apart.
+    assert all(gpu.sample_period_s == 1.0 and gpu.steps for gpu in found.sources)
 
 
 def test_integrated_window_without_the_sampler_is_low_resolution(
@@ -167,13 +173,16 @@ def test_a_lost_gpu_makes_the_window_none_and_nvml_is_released(
     monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
     fake = install_fake_nvml(monkeypatch, two_gpus())
-    meter = Meter(discover_nvml(None).sources, "accelerator", clock=clock)
+    for gpu in fake.gpus:
+        SteppingCounter(clock, gpu, lambda t: 10.0)
+    meter = Meter(discover_nvml(None).sources, "accelerator", clock=clock, sleep=clock.sleep)
     assert fake.init_count == 2  # one reference per source
+    spend(meter, clock, 0.5)
     with meter.window("task") as window:
-        clock.advance(1.0)
+        spend(meter, clock, 1.0)
         fake.gpus[1].lost = True
     assert (window.result.energy_j, window.result.null_reason) == (None, "vanished")
-    assert window.result.sources[0].energy_j == pytest.approx(0.0)
+    assert window.result.sources[0].energy_j == pytest.approx(10.0, rel=1e-3)
     meter.close()
     assert fake.init_count == 0
     with pytest.raises(ReadError):

@@ -2,6 +2,7 @@
 them in the sandbox, and save each task to the store at once.
 """
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from openjarvis import __version__
-from openjarvis.errors import UserError
+from openjarvis.errors import RunInterrupted, UserError
 from openjarvis.evals.metrics import RunFigures, compute_figures, task_figures
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
@@ -32,6 +33,8 @@ from openjarvis.store import Store, open_store
 from openjarvis.store.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 
 __all__ = ["MeasureResult", "MeasureSpec", "resume_measure", "run_measure"]
+
+SEED_MAX = 2**32 - 1  # llama.cpp takes 32-bit seeds, and wraps larger ones silently
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +74,30 @@ class MeasureSpec:
             raise UserError(f"--limit must be at least 1 (got {self.limit}); use --all for all")
         if self.samples < 1:
             raise UserError(f"--samples must be at least 1 (got {self.samples})")
+        if not self.temperature >= 0:  # NaN too
+            raise UserError(
+                f"--temperature must be 0 or more, 0 being greedy (got {self.temperature})"
+            )
+        highest_seed = SEED_MAX - (self.samples - 1)  # sample i uses seed + i
+        if not 0 <= self.seed <= highest_seed:
+            raise UserError(
+                f"--seed must be 0 to {highest_seed} (sample i uses seed + i, a 32-bit number; "
+                f"got {self.seed})"
+            )
+        if self.n_ctx < 1:
+            raise UserError(f"--n-ctx must be at least 1 token (got {self.n_ctx})")
+        if self.threads is not None and self.threads < 1:
+            raise UserError(
+                f"--threads must be at least 1 (got {self.threads}); leave it out for one per core"
+            )
+        if self.tp < 1:
+            raise UserError(f"--tp must be at least 1 GPU (got {self.tp})")
         if self.samples > 1 and self.temperature == 0:
             raise UserError("--samples above 1 needs --temperature above 0 (greedy repeats itself)")
-        if self.idle_seconds < 0:
-            raise UserError(f"--idle-seconds must be 0 or more (got {self.idle_seconds})")
-        if self.timeout_s <= 0:
-            raise UserError(f"--timeout must be above 0 seconds (got {self.timeout_s})")
+        if not 0 <= self.idle_seconds < math.inf:
+            raise UserError(f"--idle-seconds must be 0 or more, finite (got {self.idle_seconds})")
+        if not 0 < self.timeout_s < math.inf:
+            raise UserError(f"--timeout must be above 0 seconds, finite (got {self.timeout_s})")
 
 
 @dataclass(slots=True)
@@ -135,7 +156,9 @@ def run_measure(
                 )
                 run_id = store.create_run(run)
                 run.id = run_id
-                return _execute(spec, run, tasks, engine, sandbox, meter, store, on_start, on_task)
+                return _execute_reporting_interrupts(
+                    spec, run, tasks, engine, sandbox, meter, store, on_start, on_task
+                )
         finally:
             engine.close()
 
@@ -166,9 +189,33 @@ def resume_measure(
                 # The idle baseline of the original run keeps net energy comparable across parts.
                 meter.idle = IdleBaseline(spec.idle_seconds, dict(run.idle_power_w))
                 store.resume_run(run.id or run_id)
-                return _execute(spec, run, tasks, engine, sandbox, meter, store, on_start, on_task)
+                return _execute_reporting_interrupts(
+                    spec, run, tasks, engine, sandbox, meter, store, on_start, on_task
+                )
         finally:
             engine.close()
+
+
+def _execute_reporting_interrupts(
+    spec: MeasureSpec,
+    run: RunRecord,
+    tasks: list[Task],
+    engine: Engine,
+    sandbox: Sandbox,
+    meter: Meter,
+    store: Store,
+    on_start: StartCallback,
+    on_task: ProgressCallback,
+) -> MeasureResult:
+    """_execute, where Ctrl-C (or SIGTERM, which the CLI turns into one) leaves the run
+    interrupted and raises RunInterrupted with its id and saved tasks, to say how to resume."""
+    run_id = run.id or ""
+    try:
+        return _execute(spec, run, tasks, engine, sandbox, meter, store, on_start, on_task)
+    except KeyboardInterrupt:
+        if store.get_run(run_id).state == "running":
+            store.finish_run(run_id, "interrupted", None)
+        raise RunInterrupted(run_id, len(store.task_results(run_id))) from None
 
 
 def _select_tasks(spec: MeasureSpec) -> list[Task]:

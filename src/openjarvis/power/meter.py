@@ -1,10 +1,14 @@
 """The Meter: owns the energy sources and measures labelled windows, idle power and traces.
 
-A background sampler keeps counters unwrapped and records traces; windows read every source
-at their edges on one monotonic clock.
+A background sampler reads every source (NVML's counter just after each refresh) and keeps
+knots of known energy; a window only notes its edges (cheap sources are read there too) and
+its energy is attributed from the knots once the counters have refreshed past its end, so no
+window waits in its caller. Energy above idle between windows is the previous window's tail.
 """
 
-import os
+import itertools
+import math
+import statistics
 import threading
 import time
 from collections import deque
@@ -13,40 +17,66 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 
-from openjarvis.power.accounting import in_scope, source_energy, sum_scope
-from openjarvis.power.estimate import discover_estimate
-from openjarvis.power.nvml import discover_nvml
-from openjarvis.power.rapl import discover_rapl
+from openjarvis.power.accounting import LOW_RESOLUTION_PERIODS, in_scope, sum_scope
+from openjarvis.power.discovery import discover_sources
+from openjarvis.power.edges import Knot, Share, Span, attribute
 from openjarvis.power.sources import EnergySource
-from openjarvis.power.track import Track, TrackReading, energy_between
+from openjarvis.power.track import Track
 from openjarvis.power.types import (
+    GpuSelection,
     IdleBaseline,
     Method,
     PowerSample,
     Scope,
+    SourceEnergy,
     SourceStatus,
     TotalEnergy,
     WindowEnergy,
     weakest_method,
 )
-from openjarvis.power.union import UnionTotals
 
 __all__ = ["Meter", "WindowHandle"]
 
+# How long a result waits for a counter that stopped refreshing, beyond its update period.
+_REFRESH_GRACE_S = 1.0
+# A power source read at under a quarter of its sampling rate is integrated too coarsely.
+MIN_SAMPLING_SHARE = 0.25
+# A resolved window older than this (tail closed) is forgotten unless someone still asks.
+_KEEP_S = 60.0
+
 
 class WindowHandle:
-    """What `Meter.window()` yields; `result` is set when the `with` block ends."""
+    """What `Meter.window()` yields: the window's edges, and its energy once resolved."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, meter: "Meter", label: str, start_s: float) -> None:
         self.label = label
+        self.start_s = start_s
+        self.end_s: float | None = None
+        self.split_s: float | None = None  # the first token: prefill before, decode after
+        self.tail_end_s: float | None = None  # when the next window opened (or the meter settled)
         self.overlapped = False
-        self._result: WindowEnergy | None = None
+        self._meter = meter
+        self._final: WindowEnergy | None = None
+
+    def mark_first_token(self, time_s: float) -> None:
+        """Split the window's energy at `time_s` (on the meter's clock) into prefill and decode."""
+        self.split_s = time_s
 
     @property
     def result(self) -> WindowEnergy:
-        if self._result is None:
+        """The window's energy; waits (after the window, never inside it) until the counters
+        have refreshed past its end. The tail is included once the next window has opened."""
+        if self.end_s is None:
             raise RuntimeError(f"window {self.label!r} is still open: read result after `with`")
-        return self._result
+        resolved = self._meter._resolve(self, wait=True)
+        assert resolved is not None, "a waiting resolve always answers"
+        return resolved
+
+    def settled(self) -> WindowEnergy | None:
+        """The final energy, tail included, or None while the tail or a refresh is pending."""
+        if self.end_s is None or self.tail_end_s is None:
+            return None
+        return self._meter._resolve(self, wait=False)
 
 
 class Meter:
@@ -77,9 +107,11 @@ class Meter:
         self._clock = clock
         self._sleep = sleep
         self._tracks = [Track(source, clock) for source in sources]
-        self._lock = threading.Lock()  # windows' edges, overlap and union bookkeeping
+        self._lock = threading.Lock()  # the window list, overlap and tail bookkeeping
+        self._windows: list[WindowHandle] = []
         self._active: list[WindowHandle] = []
-        self._union = UnionTotals(self._tracks)
+        self._tail_owner: WindowHandle | None = None
+        self.window_count = 0
         self._trace_lock = threading.Lock()
         self._trace: deque[PowerSample] = deque(maxlen=max_trace_samples)
         self.dropped_samples = 0  # trace samples lost because nobody drained the trace
@@ -93,22 +125,20 @@ class Meter:
         scope: Scope = "system",
         sysfs_root: str | Path | None = None,
         *,
+        gpus: GpuSelection = "all",
         estimate_cpu: bool = True,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> "Meter":
-        """Every readable source of this machine; `statuses` also lists the unreadable ones.
-
-        GPUs follow CUDA_VISIBLE_DEVICES. The CPU estimate joins only when no CPU package
-        counter can be read, and not at all with `estimate_cpu=False`.
-        """
-        found = [discover_nvml(os.environ.get("CUDA_VISIBLE_DEVICES")), discover_rapl(sysfs_root)]
-        if estimate_cpu:
-            cpu_counter = any(s.domain == "cpu" for part in found for s in part.sources)
-            found.append(discover_estimate(cpu_counter, clock))
-        sources = [source for part in found for source in part.sources]
-        statuses = [status for part in found for status in part.statuses]
-        return cls(sources, scope, statuses, clock=clock, sleep=sleep)
+        """A meter over this machine's sources (power/discovery.py says which): of the GPUs,
+        only `gpus` (the engine's devices as CUDA indices, or "all"). `coverage` says what the
+        scope covers, which GPUs it leaves out and which sources in it cannot be read."""
+        found = discover_sources(
+            sysfs_root, gpus=gpus, scope=scope, estimate_cpu=estimate_cpu, clock=clock
+        )
+        meter = cls(found.sources, scope, found.statuses, clock=clock, sleep=sleep)
+        meter.coverage = found.coverage
+        return meter
 
     @property
     def method(self) -> Method | None:
@@ -119,8 +149,7 @@ class Meter:
 
     @property
     def resolution_s(self) -> float:
-        """The shortest window that every source in scope resolves: its slowest refresh period
-        (NVML's energy counter on an H200: ~100 ms)."""
+        """The longest refresh period among the sources in scope (NVML's on an H200: ~100 ms)."""
         periods = [s.update_period_s for s in self.sources if in_scope(s.domain, self.scope)]
         return max(periods, default=0.0)
 
@@ -129,7 +158,7 @@ class Meter:
         return self._thread is not None
 
     def start(self) -> None:
-        """Start the background sampler (traces, power integration, counter wraps)."""
+        """Start the background sampler (knots, traces, power integration, counter wraps)."""
         if self._thread is not None:
             return
         self._stop_event.clear()
@@ -167,7 +196,8 @@ class Meter:
         for track in self._tracks:
             if now_s >= track.next_due_s:
                 sample = track.trace_point(track.advance())
-                track.next_due_s = now_s + track.sample_period_s
+                if track.refresh is None:  # a stepping counter schedules its own reads
+                    track.next_due_s = now_s + track.sample_period_s
                 if sample is not None:
                     with self._trace_lock:
                         self.dropped_samples += len(self._trace) == self._trace.maxlen
@@ -200,59 +230,177 @@ class Meter:
             self._trace.clear()
             return samples
 
-    # Windows -------------------------------------------------------------------------------
+    def _read_edges(self) -> float:
+        """Read the sources cheap enough for a window's edge (each read takes microseconds, so its
+        knot is placed at the edge itself); returns the edge's time."""
+        edge_s = self._clock()
+        for track in self._tracks:
+            if track.source.edge_reads:
+                track.advance(edge_s)
+        return edge_s
 
-    def _read_all(self) -> tuple[float, list[TrackReading]]:
-        return self._clock(), [track.advance() for track in self._tracks]
+    def _wait_for_knots(self, time_s: float) -> None:
+        """Until every source has a knot at or after `time_s` (or stopped refreshing)."""
+        deadline_s = time_s + self.resolution_s + _REFRESH_GRACE_S
+        while (now_s := self._clock()) < deadline_s:
+            if all(track.covers(time_s) for track in self._tracks):
+                return
+            delay_s = 0.002
+            if not self.running:
+                delay_s = max(min(self.poll(), deadline_s - now_s), 1e-4)
+            self._sleep(delay_s)
+
+    # Windows -------------------------------------------------------------------------------
 
     @contextmanager
     def window(self, label: str) -> Iterator[WindowHandle]:
-        """Measure the energy of the `with` block; windows may overlap (across threads)."""
-        handle = WindowHandle(label)
+        """Measure the energy of the `with` block; windows may overlap (across threads).
+
+        Opening and closing cost the caller no wait: the energy is resolved later (`result`).
+        """
+        self._raise_sampler_error()
+        start_s = self._read_edges()
         with self._lock:
-            self._raise_sampler_error()
-            start_s, start = self._read_all()
+            handle = WindowHandle(self, label, start_s)
             if self._active:
                 handle.overlapped = True
                 for other in self._active:
                     other.overlapped = True
-            else:
-                self._union.begin(start_s, start)
+            elif self._tail_owner is not None:
+                self._tail_owner.tail_end_s = start_s  # the gap before this window is its tail
+                self._tail_owner = None
             self._active.append(handle)
+            self._windows.append(handle)
+            self._forget(start_s)
         try:
             yield handle
         finally:
-            # A counter that has not refreshed since the window opened cannot tell its energy:
-            # a short window stays open (idle) until every source in scope has refreshed once,
-            # and is flagged low_resolution, rather than being null.
-            readable_s = max((r.time_s for r in start), default=start_s) + self.resolution_s
-            if (wait_s := readable_s - self._clock()) > 0:
-                self._sleep(wait_s)
+            end_s = self._read_edges()
             with self._lock:
-                end_s, end = self._read_all()
+                handle.end_s = end_s
                 self._active.remove(handle)
-                if not self._active:
-                    self._union.end(end_s, end)
-                self._union.windows += 1
-            handle._result = self._window_energy(handle, start_s, start, end_s, end)
+                self.window_count += 1
+                if self._active:
+                    handle.tail_end_s = end_s  # a window still open owns the gap after it
+                else:
+                    self._tail_owner = handle
+
+    def settle(self) -> None:
+        """End the last window's tail now (the end of a run); results then resolve in full."""
+        now_s = self._read_edges()
+        with self._lock:
+            if self._tail_owner is not None:
+                self._tail_owner.tail_end_s = now_s
+                self._tail_owner = None
+
+    def _forget(self, now_s: float) -> None:
+        """Drop windows (and knots) that no result will need again; under the lock."""
+        needed = [
+            w.start_s
+            for w in self._windows
+            if w.tail_end_s is None or (w._final is None and w.tail_end_s > now_s - _KEEP_S)
+        ]
+        horizon_s = min(needed, default=now_s) - 2 * self.resolution_s - _REFRESH_GRACE_S
+        self._windows = [
+            w
+            for w in self._windows
+            if w.end_s is None or max(w.end_s, w.tail_end_s or 0) >= horizon_s
+        ]
+        for track in self._tracks:
+            track.forget_before(horizon_s)
+
+    def _resolve(self, handle: WindowHandle, *, wait: bool) -> WindowEnergy | None:
+        if handle._final is not None:
+            return handle._final
+        assert handle.end_s is not None, "resolve only closed windows"
+        horizon_s = handle.tail_end_s if handle.tail_end_s is not None else handle.end_s
+        if wait:
+            self._wait_for_knots(horizon_s)
+        elif not all(track.covers(horizon_s) for track in self._tracks):
+            return None
+        with self._lock:
+            windows = list(self._windows)
+            spans = [Span(w.start_s, w.end_s or math.inf, w.split_s) for w in windows]
+        index = windows.index(handle)
+        sources = tuple(
+            self._source_share(track, handle, horizon_s, windows, spans, index)
+            for track in self._tracks
+        )
+        result = self._window_energy(handle, sources)
+        if handle.tail_end_s is not None and all(s.null_reason != "no-refresh" for s in sources):
+            handle._final = result
+        return result
+
+    def _source_share(
+        self,
+        track: Track,
+        handle: WindowHandle,
+        horizon_s: float,
+        windows: list[WindowHandle],
+        spans: list[Span],
+        index: int,
+    ) -> SourceEnergy:
+        source = track.source
+        idle_w = self._idle_power_w(source.name)
+        assert handle.end_s is not None
+        duration_s = handle.end_s - handle.start_s
+        knots, fault = track.knots_around(handle.start_s, horizon_s)
+        low_resolution = duration_s < LOW_RESOLUTION_PERIODS * source.update_period_s
+        if source.reads == "power_w":  # integrated: too few readings inside the window
+            inside = sum(handle.start_s <= k.time_s <= handle.end_s for k in knots)
+            low_resolution |= inside < MIN_SAMPLING_SHARE * duration_s / track.sample_period_s
+        reason = fault
+        if reason is None and (
+            len(knots) < 2 or knots[0].time_s > handle.start_s or knots[-1].time_s < horizon_s
+        ):
+            # Failing since its last refresh, or stopped refreshing (or the window began before
+            # the sampler's first knot).
+            reason = track.failing() or "no-refresh"
+        if reason is not None:
+            return SourceEnergy(
+                source.name,
+                source.domain,
+                source.method,
+                None,
+                None,
+                idle_w,
+                reason,
+                low_resolution,
+            )
+        low_s, high_s = knots[0].time_s, knots[-1].time_s
+        chosen = [
+            i for i, w in enumerate(windows) if w.start_s < high_s and (w.end_s or math.inf) > low_s
+        ]
+        if index not in chosen:
+            chosen.append(index)
+        pad_s = track.refresh.uncertainty_s if track.refresh is not None else 0.0
+        shares = attribute(knots, [spans[i] for i in chosen], idle_w, pad_s)
+        share: Share = shares[chosen.index(index)]
+        tail_j: float | None = share.tail_j
+        energy_j, net_j = share.energy_j, share.net_j
+        if handle.tail_end_s is None or idle_w is None:
+            energy_j, net_j, tail_j = energy_j - share.tail_j, net_j - share.tail_j, None
+        return SourceEnergy(
+            source=source.name,
+            domain=source.domain,
+            method=source.method,
+            energy_j=energy_j,
+            net_energy_j=net_j if idle_w is not None else None,
+            idle_power_w=idle_w,
+            low_resolution=low_resolution,
+            tail_j=tail_j,
+            prefill_j=share.before_split_j if handle.split_s is not None else None,
+        )
 
     def _window_energy(
-        self,
-        handle: WindowHandle,
-        start_s: float,
-        start: list[TrackReading],
-        end_s: float,
-        end: list[TrackReading],
+        self, handle: WindowHandle, sources: tuple[SourceEnergy, ...]
     ) -> WindowEnergy:
-        sources = tuple(
-            source_energy(track, first, last, self._idle_power_w(track.source.name))
-            for track, first, last in zip(self._tracks, start, end, strict=True)
-        )
+        assert handle.end_s is not None
         total = sum_scope(sources, self.scope)
         return WindowEnergy(
             label=handle.label,
-            start_s=start_s,
-            end_s=end_s,
+            start_s=handle.start_s,
+            end_s=handle.end_s,
             scope=self.scope,
             method=total.method,
             energy_j=total.energy_j,
@@ -261,41 +409,127 @@ class Meter:
             sources=sources,
             low_resolution=total.low_resolution,
             overlapped=handle.overlapped,
+            tail_energy_j=total.tail_j,
+            prefill_energy_j=total.prefill_j,
+            decode_energy_j=(
+                None
+                if total.prefill_j is None or total.energy_j is None
+                else total.energy_j - total.prefill_j
+            ),
         )
 
     def total(self) -> TotalEnergy:
-        """Energy over the union of the closed windows: a joule in two windows counts once."""
+        """Energy over the union of the closed windows and their closed tails: a joule in two
+        windows counts once."""
         with self._lock:
-            return self._union.total(self.scope, self._idle_power_w)
+            closed = [w for w in self._windows if w.end_s is not None]
+            # With idle power known, tails (energy above idle between windows) are in the total.
+            tails = self.idle is not None
+            merged = _merge(
+                [(w.start_s, (w.tail_end_s if tails else None) or w.end_s or 0.0) for w in closed]
+            )
+            windows = self.window_count
+        covered_s = sum(end - start for start, end in merged)
+        sources = []
+        for track in self._tracks:
+            source, idle_w = track.source, self._idle_power_w(track.source.name)
+            energy_j: float | None = 0.0
+            reason = None
+            for start_s, end_s in merged:
+                knots, fault = track.knots_around(start_s, end_s)
+                reason = fault or reason
+                if fault is not None or len(knots) < 2 or knots[-1].time_s < end_s:
+                    energy_j, reason = None, fault or "no-refresh"
+                    break
+                shares = attribute(knots, [Span(start_s, end_s)], None)
+                energy_j = (energy_j or 0.0) + shares[0].energy_j
+            sources.append(
+                SourceEnergy(
+                    source=source.name,
+                    domain=source.domain,
+                    method=source.method,
+                    energy_j=energy_j,
+                    net_energy_j=(
+                        None
+                        if energy_j is None or idle_w is None
+                        else energy_j - idle_w * covered_s
+                    ),
+                    idle_power_w=idle_w,
+                    null_reason=reason if energy_j is None else None,
+                )
+            )
+        summed = sum_scope(tuple(sources), self.scope)
+        return TotalEnergy(
+            scope=self.scope,
+            method=summed.method,
+            covered_s=covered_s,
+            windows=windows,
+            energy_j=summed.energy_j,
+            net_energy_j=summed.net_energy_j,
+            null_reason=summed.null_reason,
+            sources=tuple(sources),
+        )
 
     # Idle ----------------------------------------------------------------------------------
 
     def _idle_power_w(self, name: str) -> float | None:
         return None if self.idle is None else self.idle.power_w.get(name)
 
-    def measure_idle(self, seconds: float) -> IdleBaseline:
-        """Mean power of each source over `seconds` of doing nothing; later windows subtract it.
+    def measure_idle(self, seconds: float, *, use: bool = True) -> IdleBaseline:
+        """Mean power of each source over `seconds` of doing nothing, with its standard error.
 
-        Call it before opening windows; the machine should be quiet meanwhile.
+        With `use`, later windows subtract it (call it before opening windows); without, it
+        is only returned (idle after a run, to report drift). The machine should be quiet.
         """
         with self._lock:
             if self._active:
-                raise RuntimeError("measure idle power before opening windows, not during one")
-            start_s, start = self._read_all()
-        deadline_s = start_s + seconds
-        periods = [track.sample_period_s for track in self._tracks] or [seconds]
-        while (now_s := self._clock()) < deadline_s:
-            if not self.running:
-                self.poll()  # integrated sources and wrapping counters need reads in between
-            self._sleep(min(deadline_s - now_s, min(periods)))
-        end_s, end = self._read_all()
+                raise RuntimeError("measure idle power while no window is open")
+        start_s = self._read_edges()
+        self._wait_until(start_s + seconds)
+        end_s = self._read_edges()
+        self._wait_for_knots(end_s)
         power_w: dict[str, float | None] = {}
-        for track, first, last in zip(self._tracks, start, end, strict=True):
-            energy_j, _ = energy_between(first, last)
-            duration_s = last.time_s - first.time_s
-            too_short = duration_s < track.source.update_period_s
-            power_w[track.source.name] = (
-                None if energy_j is None or too_short else energy_j / duration_s
-            )
-        self.idle = IdleBaseline(seconds=end_s - start_s, power_w=power_w)
-        return self.idle
+        error_w: dict[str, float | None] = {}
+        for track in self._tracks:
+            knots, fault = track.knots_around(start_s, end_s)
+            inside = [k for k in knots if start_s <= k.time_s <= end_s]
+            name = track.source.name
+            power_w[name], error_w[name] = None, None
+            if fault is None and len(inside) >= 2:
+                span_s = inside[-1].time_s - inside[0].time_s
+                if span_s >= track.source.update_period_s:
+                    power_w[name] = (inside[-1].energy_j - inside[0].energy_j) / span_s
+                    error_w[name] = _standard_error_w(inside)
+        baseline = IdleBaseline(seconds=end_s - start_s, power_w=power_w, error_w=error_w)
+        if use:
+            self.idle = baseline
+        return baseline
+
+    def _wait_until(self, deadline_s: float) -> None:
+        while (now_s := self._clock()) < deadline_s:
+            delay_s = deadline_s - now_s
+            if not self.running:  # integrated sources and stepping counters need reads between
+                delay_s = min(delay_s, max(self.poll(), 1e-4))
+            self._sleep(delay_s)
+
+
+def _standard_error_w(knots: list[Knot]) -> float | None:
+    """The standard error of mean power from the spread of the per-interval powers."""
+    powers = [
+        (b.energy_j - a.energy_j) / (b.time_s - a.time_s)
+        for a, b in itertools.pairwise(knots)
+        if b.time_s > a.time_s
+    ]
+    if len(powers) < 2:
+        return None
+    return statistics.stdev(powers) / math.sqrt(len(powers))
+
+
+def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged

@@ -7,7 +7,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 from openjarvis.power.sources import Discovery, EnergySource, ReadError, unavailable
-from openjarvis.power.types import SourceStatus
+from openjarvis.power.types import Coverage, GpuSelection, SourceStatus
 
 __all__ = ["NvmlGpu", "NvmlReading", "discover_nvml", "has_instant_power", "select_visible"]
 
@@ -80,11 +80,12 @@ class NvmlGpu(EnergySource):
         self.method = "counter" if reading == "energy_counter" else "integrated"
         self.reads = "energy_j" if reading == "energy_counter" else "power_w"
         # Power readings are integrated, so the sampler reads them at their update rate (a call
-        # costs ~10 us). The counter needs no sampler: windows read it at their edges and it
-        # never wraps; the sampler reads it for traces only. One read costs ~3.5 ms of CPU on
-        # an H200 (7 % of a core for two GPUs at 10 Hz), and a 1-s trace point spans ~10 of
-        # its 100-ms updates instead of 0 to 2.
+        # costs ~10 us). The counter steps every ~100 ms: the sampler reads it once just after
+        # each refresh (power/track.py's RefreshClock) and windows are attributed between
+        # refreshes; here sample_period_s is only the spacing of trace points.
         self.sample_period_s = 1.0 if reading == "energy_counter" else 0.1
+        self.steps = reading == "energy_counter"
+        self.edge_reads = not self.steps  # a power reading is cheap; the counter is not
 
     def read(self) -> float:
         nvml = self._nvml
@@ -165,57 +166,105 @@ def select_visible(uuids: list[str], visible: str | None) -> tuple[list[int], li
     return selected, []
 
 
-def discover_nvml(visible_devices: str | None) -> Discovery:
+def discover_nvml(visible_devices: str | None, gpus: GpuSelection = "all") -> Discovery:
     """The GPUs that `visible_devices` (CUDA_VISIBLE_DEVICES's value; None: all) names, probed.
 
-    Without nvidia-ml-py, a driver or a GPU this returns a status saying so, never raises.
+    `gpus` picks which of them are read: CUDA indices into that list (the engine's devices), or
+    "all". The others are listed in the coverage as out of scope and never read. Without
+    nvidia-ml-py, a driver or a GPU this returns a status saying so, never raises.
     """
     try:
         import pynvml
     except ImportError:
         detail = "the nvidia-ml-py package is not installed: `pip install nvidia-ml-py`"
-        return Discovery((), (unavailable("nvml", "gpu", "counter", "unsupported", detail),))
+        status = unavailable("nvml", "gpu", "counter", "unsupported", detail)
+        return _nvml_failed(status, gpus)
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as error:
         problem = _translate(pynvml, error, "start")
         status = unavailable("nvml", "gpu", "counter", problem.reason, problem.detail)
-        return Discovery((), (status,))
+        return _nvml_failed(status, gpus)
     try:
-        return _discover_devices(pynvml, visible_devices)
+        return _discover_devices(pynvml, visible_devices, gpus)
     except pynvml.NVMLError as error:
         problem = _translate(pynvml, error, "listing GPUs")
         status = unavailable("nvml", "gpu", "counter", problem.reason, problem.detail)
-        return Discovery((), (status,))
+        return _nvml_failed(status, gpus)
     finally:
         pynvml.nvmlShutdown()  # the sources took their own references
 
 
-def _discover_devices(nvml: ModuleType, visible_devices: str | None) -> Discovery:
+def _nvml_failed(status: SourceStatus, gpus: GpuSelection) -> Discovery:
+    """NVML as a whole is unusable. The GPUs it would have read are missing, unless none was
+    wanted, or "all" of them are none (no driver, no device: CUDA sees no GPU either)."""
+    wanted = status.reason != "no-device" if gpus == "all" else bool(gpus)
+    coverage = Coverage((status.name,), (), {status.name: status.reason or "unknown"})
+    return Discovery((), (status,), coverage if wanted else Coverage())
+
+
+def _discover_devices(
+    nvml: ModuleType, visible_devices: str | None, gpus: GpuSelection
+) -> Discovery:
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-    uuids = [_text(nvml.nvmlDeviceGetUUID(handle)) for handle in handles]
+    uuids = [_uuid_name(nvml.nvmlDeviceGetUUID(handle)) for handle in handles]
     if not handles:
         detail = "NVML runs but sees no GPU: check `nvidia-smi`"
-        return Discovery((), (unavailable("nvml", "gpu", "counter", "no-device", detail),))
-    indices, problems = select_visible(uuids, visible_devices)
-    if not indices and not problems:
+        return _nvml_failed(unavailable("nvml", "gpu", "counter", "no-device", detail), gpus)
+    visible, problems = select_visible(uuids, visible_devices)
+    if not visible and not problems:
         detail = "CUDA_VISIBLE_DEVICES is empty: it hides every GPU from CUDA"
         problems = [unavailable("nvml", "gpu", "counter", "no-device", detail)]
+    chosen, unreachable = _choose(visible, problems, gpus)
     candidates: list[EnergySource] = []
-    for index in indices:
+    for index in chosen:  # only these GPUs are asked anything beyond their UUID
         handle = handles[index]
-        uuid = uuids[index] if uuids[index].startswith("GPU-") else f"GPU-{uuids[index]}"
         candidates.append(
             NvmlGpu(
                 nvml,
                 handle,
-                uuid=uuid,
+                uuid=uuids[index],
                 gpu_name=_text(nvml.nvmlDeviceGetName(handle)),
                 power_limit_w=_power_limit_w(nvml, handle),
                 reading=_best_reading(nvml, handle),
             )
         )
-    return Discovery.of(candidates, problems)
+    found = Discovery.of(candidates, problems)
+    chosen_statuses = found.statuses[: len(chosen)]  # Discovery.of keeps candidates first
+    missing = {s.name: s.reason or "unknown" for s in chosen_statuses if not s.available}
+    coverage = Coverage(
+        in_scope=tuple(f"nvml:{uuids[index]}" for index in chosen) + tuple(unreachable),
+        out_of_scope=tuple(f"nvml:{uuids[index]}" for index in visible if index not in chosen),
+        missing=missing | unreachable,
+    )
+    return Discovery(found.sources, found.statuses, coverage)
+
+
+def _choose(
+    visible: list[int], problems: list[SourceStatus], gpus: GpuSelection
+) -> tuple[list[int], dict[str, str]]:
+    """The NVML indices of the selected GPUs, and the selected ones NVML cannot reach (name ->
+    reason): a CUDA index past the visible list, or a MIG instance that CUDA would use."""
+    if gpus == "all":
+        # A MIG instance is a device CUDA uses that NVML cannot measure; entries naming no GPU
+        # (no-device) are ones CUDA ignores.
+        return visible, {p.name: p.reason or "unknown" for p in problems if p.reason != "no-device"}
+    chosen: list[int] = []
+    unreachable: dict[str, str] = {}
+    for cuda_index in dict.fromkeys(gpus):  # a device named twice is measured once
+        if 0 <= cuda_index < len(visible):
+            chosen.append(visible[cuda_index])
+        elif problems:  # the entry that ended CUDA's list stands where this device would be
+            unreachable[problems[0].name] = problems[0].reason or "unknown"
+        else:
+            unreachable[f"nvml:cuda:{cuda_index}"] = "no-device"
+    return chosen, unreachable
+
+
+def _uuid_name(uuid: str | bytes) -> str:
+    """NVML's UUID as source names carry it, with the "GPU-" prefix."""
+    text = _text(uuid)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
 
 
 def _best_reading(nvml: ModuleType, handle: Any) -> NvmlReading:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
-from openjarvis.power.types import Domain, Method, SourceStatus
+from openjarvis.power.types import Coverage, Domain, Method, SourceStatus
 
 __all__ = ["Discovery", "EnergySource", "ReadError", "ReadingKind", "unavailable"]
 
@@ -47,6 +47,13 @@ class EnergySource(ABC):
     # cannot hide a wrap (range / a generous maximum power). None for counters that never wrap.
     wrap_j: float | None = None
     max_read_interval_s: float | None = None
+    # A counter whose value steps at each refresh, a read returning the energy up to the last
+    # one (NVML's, every ~100 ms): its refresh times are learned and windows are attributed
+    # between them. False: the value is current when read (RAPL refreshes every ~1 ms).
+    steps: bool = False
+    # Cheap enough to read at every window's edges (a sysfs file, /proc/stat); an NVML call
+    # costs milliseconds of the caller's time, so GPUs are read by the sampler only.
+    edge_reads: bool = True
 
     @abstractmethod
     def read(self) -> float:
@@ -93,6 +100,9 @@ class Discovery:
 
     sources: tuple[EnergySource, ...]
     statuses: tuple[SourceStatus, ...]
+    # Which of the looked-at sources a selection put in or out of scope, and which in scope
+    # cannot be read; None where nothing was selected away (then scope alone decides).
+    coverage: Coverage | None = None
 
     @classmethod
     def of(cls, candidates: list[EnergySource], extra: list[SourceStatus]) -> "Discovery":

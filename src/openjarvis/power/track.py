@@ -1,16 +1,21 @@
-"""Per-source bookkeeping for the Meter: unwraps counters, integrates power, counts faults.
+"""Per-source bookkeeping for the Meter: unwraps counters, integrates power, counts faults, and
+keeps the knots (instants of known cumulative energy) that window energies are attributed from.
 
 Every read of a source, by the sampler or at a window's edge, goes through `Track.advance()`.
+A counter that refreshes only now and then (NVML's, every ~100 ms) has a `RefreshClock` that
+learns when it refreshes, so each new value is placed at its refresh, not at the read.
 """
 
+import bisect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from openjarvis.power.edges import Knot
 from openjarvis.power.sources import EnergySource, ReadError
 from openjarvis.power.types import PowerSample
 
-__all__ = ["Track", "TrackReading", "energy_between"]
+__all__ = ["RefreshClock", "Track", "TrackReading", "energy_between"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,79 @@ def energy_between(start: TrackReading, end: TrackReading) -> tuple[float | None
     return end.energy_j - start.energy_j, None
 
 
+class RefreshClock:
+    """When a stepping counter refreshes: a period and the time of one refresh (the phase).
+
+    A read that sees the value step brackets a refresh between the previous read and itself;
+    a narrow bracket pins the phase. Reads are then timed just after each expected refresh
+    (one read per refresh), and every `check_every` refreshes a read just before it re-pins
+    the phase against drift. Until the phase is known, reads come every `margin_s`.
+    """
+
+    def __init__(
+        self, period_s: float, margin_s: float = 0.004, check_every: int = 10, stride: int = 1
+    ) -> None:
+        self.period_s = period_s
+        self.margin_s = margin_s
+        self.check_every = check_every
+        self.stride = stride  # read every stride-th refresh
+        self.phase_s: float | None = None
+        self._anchor_s: float | None = None  # the first pinned refresh, for the period
+        self._refreshes = 0
+        self._checking = False  # the last read was the one just before a refresh
+        self._late = False  # a read after the expected refresh saw no step yet
+
+    @property
+    def narrow_s(self) -> float:
+        """The widest bracket that pins a refresh."""
+        return 4 * self.margin_s
+
+    @property
+    def uncertainty_s(self) -> float:
+        """How far a placed refresh may be from the true one (half the widest pinning bracket)."""
+        return 0.5 * self.narrow_s
+
+    def refresh_in(self, low_s: float, high_s: float) -> float:
+        """The time of the refresh known to lie in (low_s, high_s]."""
+        if self.phase_s is not None:
+            count = (high_s - self.phase_s) // self.period_s
+            grid_s = self.phase_s + count * self.period_s
+            if low_s < grid_s <= high_s:
+                return grid_s
+        return 0.5 * (low_s + high_s)
+
+    def observe(self, low_s: float, high_s: float, stepped: bool) -> None:
+        """A read sampled the counter in (low_s, high_s] after the previous read sampled it."""
+        self._late = not stepped and not self._checking and self.phase_s is not None
+        if stepped:
+            self._refreshes += 1
+            if high_s - low_s <= self.narrow_s:
+                self._pin(0.5 * (low_s + high_s))
+            elif self._checking:
+                self.phase_s = None  # stepped before the expected time: learn it again
+        self._checking = False
+
+    def _pin(self, refresh_s: float) -> None:
+        if self._anchor_s is None:
+            self._anchor_s = refresh_s
+        else:
+            count = round((refresh_s - self._anchor_s) / self.period_s)
+            if count >= 10:
+                self.period_s = (refresh_s - self._anchor_s) / count
+        self.phase_s = refresh_s
+
+    def next_read_s(self, now_s: float) -> float:
+        """When to read next, given that the latest read ended at `now_s`."""
+        if self.phase_s is None or self._late:
+            return now_s + self.margin_s
+        count = (now_s - self.phase_s) // self.period_s + self.stride
+        expected_s = self.phase_s + count * self.period_s
+        if self._refreshes % self.check_every == 0 and expected_s - self.margin_s > now_s:
+            self._checking = True
+            return expected_s - self.margin_s
+        return expected_s + self.margin_s
+
+
 class Track:
     """Turns one source's raw reads into a continuous cumulative energy, thread-safely."""
 
@@ -49,67 +127,146 @@ class Track:
         self.sample_period_s = source.sample_period_s
         if source.max_read_interval_s is not None:
             self.sample_period_s = min(self.sample_period_s, source.max_read_interval_s / 2)
+        self.refresh = RefreshClock(source.update_period_s) if source.steps else None
         self.next_due_s = float("-inf")
         self._energy_j = 0.0
         self._last_value: float | None = None  # None: the next read starts afresh
         self._last_time_s = 0.0
+        self._last_sampled_s = float("-inf")  # earliest instant the last read may have sampled
         self._fault_count = 0
         self._reason: str | None = None
         self._read_count = 0
         self._trace_start: tuple[float, float] | None = None  # (time_s, energy_j)
+        self._knots: list[Knot] = []
+        self._faults: list[tuple[float, str]] = []  # (time_s, reason): no energy across them
 
-    def advance(self) -> TrackReading:
-        """Read the source once and fold the value into the cumulative energy."""
+    def advance(self, edge_s: float | None = None) -> TrackReading:
+        """Read the source once and fold the value into the cumulative energy.
+
+        `edge_s`: a window's edge at which this read is taken (a source that is current when
+        read); its knot is placed there, so the window's edge and the knot coincide.
+        """
         with self._lock:
-            now_s = self._clock()
+            before_s = self._clock()
             try:
                 value = self.source.read()
             except ReadError as error:
-                self._fault(error.reason)
-                return self._reading(now_s, ok=False)
-            if self._last_value is not None:
+                self._fault(before_s, error.reason)
+                return self._reading(before_s, ok=False)
+            now_s = self._clock()
+            previous = self._last_value
+            if previous is not None:
                 gap_s = now_s - self._last_time_s
                 if self.source.reads == "power_w":
                     # Trapezoids between readings; the sampler keeps the gaps short.
-                    self._energy_j += 0.5 * (self._last_value + value) * gap_s
+                    self._energy_j += 0.5 * (previous + value) * gap_s
                 else:
-                    self._add_counter_delta(value - self._last_value, gap_s)
+                    self._add_counter_delta(value - previous, gap_s, now_s)
+            self._place_knot(previous, value, now_s if edge_s is None else edge_s)
             self._last_value, self._last_time_s = value, now_s
+            self._last_sampled_s = before_s
             self._read_count += 1
+            if self.refresh is not None:
+                self.next_due_s = self.refresh.next_read_s(now_s)
             return self._reading(now_s, ok=True)
 
+    def _place_knot(self, previous: float | None, value: float, now_s: float) -> None:
+        if self.refresh is None:
+            if self._knots and now_s <= self._knots[-1].time_s:
+                now_s = self._knots[-1].time_s  # reads from two threads: keep times in order
+            self._knots.append(Knot(now_s, self._energy_j))
+            return
+        if previous is None:
+            return  # the value of a refresh at an unknown time before this read
+        stepped = value != previous
+        self.refresh.observe(self._last_sampled_s, now_s, stepped)
+        if stepped and self._last_value is not None:
+            time_s = self.refresh.refresh_in(self._last_sampled_s, now_s)
+            if self._knots and time_s <= self._knots[-1].time_s:
+                time_s = 0.5 * (self._knots[-1].time_s + now_s)
+            self._knots.append(Knot(time_s, self._energy_j))
+
+    # Knots for the Meter -------------------------------------------------------------------
+
+    def failing(self) -> str | None:
+        """The reason of a fault since the last knot (the source is failing now), if any."""
+        with self._lock:
+            last_knot_s = self._knots[-1].time_s if self._knots else -float("inf")
+            if self._faults and self._faults[-1][0] >= last_knot_s:
+                return self._faults[-1][1]
+            return None
+
+    def latest_knot_s(self) -> float | None:
+        with self._lock:
+            return self._knots[-1].time_s if self._knots else None
+
+    def covers(self, time_s: float) -> bool:
+        """Whether waiting can end: a knot at or after `time_s`, or the source failing since
+        its last knot (waiting would not help)."""
+        latest_s = self.latest_knot_s()
+        return (latest_s is not None and latest_s >= time_s) or self.failing() is not None
+
+    def knots_around(self, low_s: float, high_s: float) -> tuple[list[Knot], str | None]:
+        """The knots from the last one at or before `low_s` to the first at or after `high_s`,
+        and the reason the energy between them is unknown (a fault in between), if any."""
+        with self._lock:
+            times = [knot.time_s for knot in self._knots]
+            first = max(0, bisect.bisect_right(times, low_s) - 1)
+            last = min(len(times), bisect.bisect_left(times, high_s) + 1)
+            knots = self._knots[first:last]
+            low_s = knots[0].time_s if knots else low_s
+            high_s = max(high_s, knots[-1].time_s) if knots else high_s
+            for fault_s, reason in self._faults:
+                if low_s <= fault_s <= high_s:
+                    return knots, reason
+            return knots, None
+
+    def forget_before(self, time_s: float) -> None:
+        """Drop knots and faults no window will ask for again (the last one before stays)."""
+        with self._lock:
+            times = [knot.time_s for knot in self._knots]
+            keep = max(0, bisect.bisect_right(times, time_s) - 1)
+            del self._knots[:keep]
+            self._faults = [f for f in self._faults if f[0] >= time_s]
+
+    # Traces --------------------------------------------------------------------------------
+
     def trace_point(self, reading: TrackReading) -> PowerSample | None:
-        """Mean watts since the previous trace point, for the sampler's readings only."""
+        """Mean watts since the previous trace point, at most one per sample period."""
         with self._lock:
             if reading.energy_j is None:
                 self._trace_start = None
                 return None
-            start, self._trace_start = self._trace_start, (reading.time_s, reading.energy_j)
+            start = self._trace_start
+            if start is not None and reading.time_s - start[0] < 0.9 * self.sample_period_s:
+                return None
+            self._trace_start = (reading.time_s, reading.energy_j)
             if start is None or start[0] >= reading.time_s:
                 return None
             power_w = (reading.energy_j - start[1]) / (reading.time_s - start[0])
             return PowerSample(self.source.name, reading.time_s, power_w)
 
-    def _add_counter_delta(self, delta_j: float, gap_s: float) -> None:
+    def _add_counter_delta(self, delta_j: float, gap_s: float, now_s: float) -> None:
         wrap_j = self.source.wrap_j
         if delta_j < 0:
             if wrap_j is None:
                 # A counter that never wraps went backwards: reset by a driver reload.
-                self._fault("read-error")
+                self._fault(now_s, "read-error")
                 return
             delta_j += wrap_j
         max_gap_s = self.source.max_read_interval_s
         if max_gap_s is not None and gap_s > max_gap_s:
             # Reads too far apart to tell how many times the counter wrapped.
-            self._fault("missed-wrap")
+            self._fault(now_s, "missed-wrap")
             return
         self._energy_j += delta_j
 
-    def _fault(self, reason: str) -> None:
+    def _fault(self, time_s: float, reason: str) -> None:
         self._fault_count += 1
         self._reason = reason
         self._last_value = None
         self._trace_start = None
+        self._faults.append((time_s, reason))
 
     def _reading(self, now_s: float, ok: bool) -> TrackReading:
         return TrackReading(

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "Coverage",
     "Domain",
+    "GpuSelection",
     "IdleBaseline",
     "Method",
     "PowerSample",
@@ -62,6 +64,8 @@ class SourceEnergy:
     idle_power_w: float | None
     null_reason: str | None = None
     low_resolution: bool = False
+    tail_j: float | None = None  # above idle after the window (inside energy_j); None: open
+    prefill_j: float | None = None  # window start to first token, when the caller marked it
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,11 @@ class WindowEnergy:
     sources: tuple[SourceEnergy, ...]
     low_resolution: bool = False
     overlapped: bool = False
+    # Energy above idle between this window and the next (the device winding down), already
+    # inside energy_j and net_energy_j; None while the next window has not opened (or no idle).
+    tail_energy_j: float | None = None
+    prefill_energy_j: float | None = None  # start to first token (when the caller marked it)
+    decode_energy_j: float | None = None  # first token to the end, with the tail
 
     @property
     def duration_s(self) -> float:
@@ -128,3 +137,37 @@ class IdleBaseline:
 
     seconds: float
     power_w: dict[str, float | None] = field(default_factory=dict)
+    # Standard error of each mean (from the spread of its refresh intervals); None: unknown.
+    error_w: dict[str, float | None] = field(default_factory=dict)
+
+
+# Which GPUs a meter reads: CUDA device indices as the engine's process sees them (positions in
+# CUDA_VISIBLE_DEVICES), or every visible GPU.
+GpuSelection = tuple[int, ...] | Literal["all"]
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """What a meter's scope covers (METRICS.md, "Energy provenance"): the sources in it, the
+    visible GPUs left out because the engine does not run on them, and the sources in scope that
+    cannot be read, with the reason. A missing source makes the scope partial.
+
+    Sources outside the scope's domains (CPU and DRAM under `accelerator`, psys always) follow
+    from the scope's name and are not listed.
+    """
+
+    in_scope: tuple[str, ...] = ()  # source names, the missing ones included
+    out_of_scope: tuple[str, ...] = ()  # visible GPUs the engine does not use: never read
+    missing: dict[str, str] = field(default_factory=dict)  # name -> permission, unsupported, ...
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.missing)
+
+    def to_dict(self) -> dict[str, object]:
+        """As runs store it: {"in_scope": [...], "out_of_scope": [...], "missing": {...}}."""
+        return {
+            "in_scope": list(self.in_scope),
+            "out_of_scope": list(self.out_of_scope),
+            "missing": dict(self.missing),
+        }

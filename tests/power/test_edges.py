@@ -1,0 +1,61 @@
+"""Attribution of a counter's refresh intervals to windows: shares, tails, splits, and every
+joule above idle counted once."""
+
+import itertools
+
+import pytest
+
+from openjarvis.power.edges import Knot, Span, attribute
+
+IDLE_W = 100.0
+
+
+def knots_at(times_s: list[float], power_w: dict[float, float]) -> list[Knot]:
+    """Knots of a counter whose interval ending at t drew power_w.get(t, IDLE_W) on average."""
+    energy_j, knots = 0.0, [Knot(times_s[0], 0.0)]
+    for start_s, end_s in itertools.pairwise(times_s):
+        energy_j += power_w.get(end_s, IDLE_W) * (end_s - start_s)
+        knots.append(Knot(end_s, energy_j))
+    return knots
+
+
+def test_a_burst_inside_one_interval_gets_all_of_its_energy_and_the_gap_after_is_its_tail():
+    # Refreshes every 0.1 s; a 20 ms burst at 0.13-0.15 s; the interval ending at 0.2 s drew
+    # 300 W on average (the burst), the next one 150 W (the wind-down), then idle.
+    knots = knots_at([0.0, 0.1, 0.2, 0.3, 0.4, 0.5], {0.2: 300.0, 0.3: 150.0})
+    (burst,) = attribute(knots, [Span(0.13, 0.15)], IDLE_W)
+    assert burst.net_j == pytest.approx(20.0 + 5.0)  # (300 - 100) W * 0.1 s + (150 - 100) * 0.1
+    assert burst.tail_j == pytest.approx(5.0)
+    assert burst.energy_j == pytest.approx(25.0 + IDLE_W * 0.02)  # idle for its own 20 ms
+
+
+def test_an_interval_shared_by_two_windows_is_split_by_overlap_and_nothing_is_lost():
+    knots = knots_at([0.0, 0.1, 0.2, 0.3], {0.1: 200.0, 0.2: 400.0, 0.3: 250.0})
+    first, second = attribute(knots, [Span(0.0, 0.15), Span(0.15, 0.25)], IDLE_W)
+    assert first.net_j == pytest.approx(10.0 + 15.0)  # all of 0-0.1, half of 0.1-0.2
+    assert second.net_j == pytest.approx(15.0 + 15.0)  # half of 0.1-0.2, all of 0.2-0.3
+    above_idle_j = knots[-1].energy_j - IDLE_W * 0.3
+    assert first.net_j + second.net_j == pytest.approx(above_idle_j)
+
+
+def test_without_idle_power_each_window_gets_its_time_share_and_no_tail():
+    knots = knots_at([0.0, 0.1, 0.2], {0.1: 200.0, 0.2: 400.0})
+    (share,) = attribute(knots, [Span(0.05, 0.1)], None)
+    assert share.energy_j == pytest.approx(200.0 * 0.05)
+    assert share.tail_j == 0.0
+
+
+def test_the_first_token_splits_prefill_from_decode():
+    knots = knots_at([0.0, 0.1, 0.2, 0.3], {0.1: 500.0, 0.2: 200.0, 0.3: 200.0})
+    (share,) = attribute(knots, [Span(0.0, 0.3, split_s=0.1)], IDLE_W)
+    assert share.before_split_j == pytest.approx(500.0 * 0.1)
+    assert share.energy_j - share.before_split_j == pytest.approx(200.0 * 0.2)
+
+
+def test_padding_keeps_work_just_before_a_refresh_in_its_window():
+    # The refresh placed at 0.1 s may really be 3 ms later: a window from 0.102 s still claims
+    # the interval ending at 0.1 s, which holds its first joules.
+    knots = knots_at([0.0, 0.1, 0.2], {0.1: 130.0, 0.2: 400.0})
+    previous, burst = attribute(knots, [Span(-0.2, -0.1), Span(0.102, 0.18)], IDLE_W, pad_s=0.004)
+    assert burst.net_j == pytest.approx(3.0 + 30.0)
+    assert previous.tail_j == 0.0
