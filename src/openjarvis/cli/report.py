@@ -38,11 +38,12 @@ def report_command(
     """Write a self-contained HTML report of stored runs, plus Markdown, CSV and JSON."""
     from openjarvis.report.write import PlotWorkers, ReportData, write_report
 
+    since_time = parse_since(since)  # a bad date is named before the database is looked for
     # Started first: the workers import matplotlib while this process reads the database.
     with PlotWorkers() as workers:
         with open_reader(db) as store:
             runs = store.list_runs(
-                limit=limit, model=model, host=host, suite=suite, since=parse_since(since)
+                limit=limit, model=model, host=host, suite=suite, since=since_time
             )
             if not any(run.summary is not None for run in runs):
                 raise UserError(

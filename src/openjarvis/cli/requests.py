@@ -39,8 +39,9 @@ def requests_command(
     """List the requests `jarvis serve` logged, with joules per request and in total."""
     from openjarvis.store import open_reader, request_logs
 
+    since_time = _since(since)  # a bad date is named before the database is looked for
     with open_reader(db) as store:
-        logs = request_logs(store, since=_since(since), model=model)
+        logs = request_logs(store, since=since_time, model=model)
     known = [r.energy_j for r in logs if r.energy_j is not None]
     methods = sorted({r.energy_method for r in logs if r.energy_method})
     totals = {
