@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 
 from openjarvis.errors import UserError
 from openjarvis.store import (
@@ -275,3 +275,14 @@ def test_a_reader_refuses_a_file_that_is_not_ours_and_leaves_it(db_path: Path) -
         open_reader(str(db_path))
     assert_one_line_with_fix(caught.value)
     assert db_path.read_bytes() == before
+
+
+def test_a_reader_reads_and_cannot_write_on_any_database(database_url: str, make_run) -> None:
+    with open_store(database_url) as store:
+        run_id = store.create_run(make_run())
+    with open_reader(database_url) as reader:
+        assert reader.get_run(run_id).id == run_id
+        with pytest.raises(DatabaseError, match=r"read-only|readonly"):
+            reader.finish_run(run_id, "failed", None)
+    with open_store(database_url) as store:
+        assert store.get_run(run_id).state == "running"
