@@ -37,6 +37,10 @@ class ScriptedEngine:
     def model_name(self) -> str:
         return self.name
 
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return ()
+
     def settings_dict(self) -> dict[str, object]:
         return {}
 

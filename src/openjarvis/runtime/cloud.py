@@ -88,6 +88,10 @@ class CloudEngine:
     def model_name(self) -> str:
         return self.settings.model
 
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return ()  # it computes elsewhere: no GPU here is in its energy scope
+
     def settings_dict(self) -> dict[str, object]:
         return {
             "base_url": self._http.base_url,

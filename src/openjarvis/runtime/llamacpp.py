@@ -75,6 +75,44 @@ def _import_llama_cpp() -> ModuleType:
     return llama_cpp
 
 
+# enum ggml_backend_dev_type (ggml-backend.h): CPU, GPU, IGPU, ACCEL, META.
+_GGML_DEVICE_TYPE_GPU = 1
+
+
+def _gpu_placement(llama_cpp: ModuleType, n_gpu_layers: int) -> dict[str, int]:
+    """With no layer on a GPU, keep llama.cpp off every GPU. Otherwise a GPU build still opens
+    each visible GPU and sends large prompt batches to the first one (op offload, on by default),
+    work that an energy scope of the engine's devices would leave out."""
+    if n_gpu_layers != 0:
+        return {}
+    # Split mode "none" keeps only `main_gpu`, and a negative one keeps no GPU at all.
+    return {"split_mode": llama_cpp.LLAMA_SPLIT_MODE_NONE, "main_gpu": -1}
+
+
+def _gpu_devices(llama_cpp: ModuleType, n_gpu_layers: int) -> tuple[int, ...]:
+    """The GPUs llama.cpp computes on, as CUDA indices: none without layers on a GPU (see
+    `_gpu_placement`) or without a GPU build. With layers offloaded, llama.cpp's default device
+    selection takes every GPU it sees and splits the layers across all of them (split mode
+    "layer"), so every visible GPU is in use."""
+    if n_gpu_layers == 0 or not llama_cpp.llama_supports_gpu_offload():
+        return ()
+    return tuple(range(_ggml_gpu_count()))
+
+
+def _ggml_gpu_count() -> int:
+    """Discrete GPUs in ggml's device list, the one llama.cpp picks from. llama-cpp-python's
+    bindings do not offer that list, so ggml's own library is asked (it loads with llama_cpp)."""
+    from llama_cpp._ggml import libggml
+
+    libggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    libggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    libggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    libggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    libggml.ggml_backend_dev_type.restype = ctypes.c_int
+    devices = [libggml.ggml_backend_dev_get(i) for i in range(libggml.ggml_backend_dev_count())]
+    return sum(libggml.ggml_backend_dev_type(d) == _GGML_DEVICE_TYPE_GPU for d in devices)
+
+
 class LlamaCppEngine:
     """Chat and plain completions over one GGUF file; one request at a time (one context)."""
 
@@ -101,6 +139,7 @@ class LlamaCppEngine:
                 n_gpu_layers=self.settings.n_gpu_layers,
                 n_batch=self.settings.n_batch,
                 verbose=False,
+                **_gpu_placement(llama_cpp, self.settings.n_gpu_layers),
             )
         except (ValueError, RuntimeError) as error:
             raise UserError(
@@ -125,10 +164,15 @@ class LlamaCppEngine:
             host_bandwidth() if self.settings.n_gpu_layers == 0 else None
         )
         self._lock = threading.Lock()
+        self._devices = _gpu_devices(llama_cpp, self.settings.n_gpu_layers)
 
     @property
     def model_name(self) -> str:
         return self._name
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return self._devices
 
     def settings_dict(self) -> dict[str, object]:
         return {

@@ -272,8 +272,10 @@ def running_server(
     scope: Scope = "system",
     idle_seconds: float = 0.0,
 ) -> Iterator[EnergyServer]:
-    """A server in a background thread with its own meter, for `jarvis serve`, tests and benches."""
-    with Meter.discover(scope=scope) as meter:
+    """A server in a background thread with its own meter, for `jarvis serve`, tests and benches.
+
+    The meter reads the GPUs the engine runs on, not every visible one (METRICS.md)."""
+    with Meter.discover(scope=scope, gpus=engine.devices) as meter:
         if idle_seconds > 0:
             meter.measure_idle(idle_seconds)
         server = EnergyServer(engine, meter, store, host=host, port=port, api_key=api_key)

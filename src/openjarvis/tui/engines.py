@@ -53,6 +53,8 @@ def open_model(spec: str | None) -> LoadedModel:
     """Load the model `spec` names (see `engine_spec`). Slow (seconds): call it from a worker."""
     engine_settings = engine_spec(spec)
     engine = open_engine(engine_settings, resolve_engine_model(engine_settings))
+    # tui/launch.py meters no GPU: an engine on one would draw energy the replies never show.
+    assert not engine.devices, f"{engine.kind} runs on GPUs {engine.devices}; meter them"
     # A local engine knows its context; cloud APIs do not report theirs (runtime could add it).
     context_tokens = engine.n_ctx if isinstance(engine, LlamaCppEngine) else None
     return LoadedModel(engine, context_tokens, spec)

@@ -20,8 +20,10 @@ def run_assistant(
     folder = (working_dir or Path.cwd()).resolve()
     with open_store(db) as store:
         resume_session = latest_session_id(store, folder) if resume else None
-        # System scope: on a laptop the CPU and DRAM do the work, not only a GPU.
-        with Meter.discover(scope="system") as meter:
+        # System scope: on a laptop the CPU and DRAM do the work, not only a GPU. The meter
+        # reads the engine's GPUs, and every engine `open_model` opens runs on none (llama.cpp
+        # with no layer offloaded keeps off the GPU; cloud models compute elsewhere).
+        with Meter.discover(scope="system", gpus=()) as meter:
             app = AssistantApp(
                 opener=open_model,
                 model_spec=model,

@@ -152,6 +152,11 @@ class TorchEngine:
     def model_name(self) -> str:
         return Path(self._source).stem if os.sep in self._source else self._source
 
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """Rank r runs on cuda:r, so tensor parallelism over N GPUs uses the first N visible."""
+        return tuple(range(self.settings.tp)) if self.settings.device == "cuda" else ()
+
     def settings_dict(self) -> dict[str, object]:
         return {
             **asdict(self.settings),
