@@ -69,6 +69,9 @@ def measure(
         float, typer.Option(help="Idle power measured before the run (0 or more; 0 skips it)")
     ] = 10.0,
     scope: Annotated[str, typer.Option(help="Energy scope: system or accelerator")] = "system",
+    gpus: Annotated[
+        str, typer.Option(help="GPUs metered: engine (those it runs on) or all (every visible)")
+    ] = "engine",
     db: Annotated[str | None, typer.Option(help="Database URL or path (or OPENJARVIS_DB)")] = None,
     n_ctx: Annotated[int, typer.Option(help="Context size in tokens (at least 1)")] = 4096,
     threads: Annotated[
@@ -117,6 +120,7 @@ def measure(
         tp=tp,
         base_url=base_url,
         api_key_env=api_key_env,
+        gpus=gpus,  # type: ignore[arg-type]  # checked by spec.validate()
     )
     if resume is None:
         spec.validate()  # before the progress bar, so a bad option is the only line printed

@@ -44,6 +44,7 @@ def serve_command(
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not log requests")] = False,
 ) -> None:
     """Serve a model over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models)."""
+    from openjarvis.report.runs import coverage_names, scope_label
     from openjarvis.runtime.engines import (
         LOCAL_ENGINE_KINDS,
         EngineSpec,
@@ -82,7 +83,15 @@ def serve_command(
             ) as server:
                 method = server.meter.method if opened.kind in LOCAL_ENGINE_KINDS else "estimate"
                 console.print(f"serving {opened.model_name} at {server.url}")
-                console.print(f"energy: {method or 'none'} · {scope}; Ctrl-C stops")
+                coverage = server.meter.coverage.to_dict()
+                console.print(
+                    f"energy: {method or 'none'} · {scope_label(scope, coverage)}; Ctrl-C stops"
+                )
+                if out_of_scope := coverage_names(coverage, "out_of_scope"):
+                    console.print(
+                        f"[dim]out of scope (the engine does not use them): "
+                        f"{', '.join(out_of_scope)}[/]"
+                    )
                 if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
                     console.print(f"[yellow]open to the network without a key: set {API_KEY_ENV}")
                 if store is not None:

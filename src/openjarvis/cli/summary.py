@@ -7,6 +7,7 @@ from rich.table import Table
 
 from openjarvis.evals.metrics import Estimate
 from openjarvis.evals.runner import MeasureResult
+from openjarvis.report.runs import coverage_missing, coverage_names, scope_label
 
 __all__ = ["print_summary", "summary_dict"]
 
@@ -31,6 +32,7 @@ def summary_dict(result: MeasureResult) -> dict[str, object]:
         "model": result.model_name,
         "energy_scope": result.energy_scope,
         "energy_method": result.energy_method,
+        "energy_coverage": result.energy_coverage,
         "energy_note": result.energy_note,
         "unavailable_sources": result.unavailable_sources,
         "sandbox_isolation": result.sandbox_isolation,
@@ -66,8 +68,19 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
         "latency p50 / p95 (s)",
         f"{_plain(figures.latency_p50_s, '.2f')} / {_plain(figures.latency_p95_s, '.2f')}",
     )
-    table.add_row("energy method · scope", f"{method} · {result.energy_scope}")
+    coverage = result.energy_coverage
+    scope = scope_label(result.energy_scope, coverage, detail=False)
+    table.add_row("energy method · scope", f"{method} · {scope}")
     console.print(table)
+    if coverage_missing(coverage):
+        console.print(
+            f"[yellow]note:[/] scope {scope_label(result.energy_scope, coverage)}: "
+            "the energy figures leave these sources out"
+        )
+    if out_of_scope := coverage_names(coverage, "out_of_scope"):
+        console.print(
+            f"[dim]out of scope (the engine does not use them): {', '.join(out_of_scope)}[/]"
+        )
     if result.resumed_tasks:
         console.print(f"resumed: {result.resumed_tasks} task(s) were finished before the resume")
     if result.energy_note:

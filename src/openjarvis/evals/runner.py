@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
+from typing import Literal
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from openjarvis.evals.types import Task
 from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter
 from openjarvis.power.sources import EnergySource
-from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
+from openjarvis.power.types import GpuSelection, IdleBaseline, Scope, SourceEnergy, WindowEnergy
 from openjarvis.runtime.engines import (
     LOCAL_ENGINE_KINDS,
     EngineSpec,
@@ -55,6 +56,8 @@ class MeasureSpec:
     tp: int = 1  # torch only: tensor-parallel GPUs
     base_url: str | None = None  # cloud engines only
     api_key_env: str | None = None  # cloud engines only: the variable's name, never the key
+    # The GPUs whose energy counts: the engine's devices, or every visible GPU.
+    gpus: Literal["engine", "all"] = "engine"
 
     def engine_spec(self) -> EngineSpec:
         # Every request starts from a cold cache so that each sample pays for its own prefill.
@@ -98,6 +101,8 @@ class MeasureSpec:
             raise UserError(f"--idle-seconds must be 0 or more, finite (got {self.idle_seconds})")
         if not 0 < self.timeout_s < math.inf:
             raise UserError(f"--timeout must be above 0 seconds, finite (got {self.timeout_s})")
+        if self.gpus not in ("engine", "all"):
+            raise UserError(f"--gpus takes engine or all (got {self.gpus!r})")
 
 
 @dataclass(slots=True)
@@ -115,6 +120,8 @@ class MeasureResult:
     # Median share of the memory bandwidth that decode used (METRICS.md), over this process's
     # completions; None when the engine cannot know it (cloud, GPU offload).
     memory_bandwidth_utilisation: float | None = None
+    # {"in_scope": [...], "out_of_scope": [...], "missing": {name: reason}}, as the run stores it.
+    energy_coverage: dict[str, object] = field(default_factory=dict)
 
 
 # Called once with the number of tasks left, then after each task with (task_id, passed, n).
@@ -135,7 +142,7 @@ def run_measure(
         engine = open_engine(spec.engine_spec(), model)
         try:
             sandbox = Sandbox.detect()
-            with Meter.discover(scope=spec.scope) as meter:
+            with Meter.discover(scope=spec.scope, gpus=_metered_gpus(spec, engine)) as meter:
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
                 gpus = tuple(_gpu_description(s) for s in meter.sources if s.domain == "gpu")
                 run = RunRecord(
@@ -153,12 +160,14 @@ def run_measure(
                     model_quantisation=model.quantisation if model else None,
                     idle_power_w=dict(idle.power_w) if idle else {},
                     host=describe_host(gpus=gpus),
+                    energy_coverage=meter.coverage.to_dict(),
                 )
                 run_id = store.create_run(run)
                 run.id = run_id
-                return _execute_reporting_interrupts(
+                result = _execute_reporting_interrupts(
                     spec, run, tasks, engine, sandbox, meter, store, on_start, on_task
                 )
+                return replace(result, energy_coverage=run.energy_coverage)
         finally:
             engine.close()
 
@@ -185,13 +194,16 @@ def resume_measure(
         engine = open_engine(spec.engine_spec(), model)
         try:
             sandbox = Sandbox.detect()
-            with Meter.discover(scope=spec.scope) as meter:
+            with Meter.discover(scope=spec.scope, gpus=_metered_gpus(spec, engine)) as meter:
+                _check_same_gpus(run, meter.coverage.to_dict())
                 # The idle baseline of the original run keeps net energy comparable across parts.
                 meter.idle = IdleBaseline(spec.idle_seconds, dict(run.idle_power_w))
                 store.resume_run(run.id or run_id)
-                return _execute_reporting_interrupts(
+                result = _execute_reporting_interrupts(
                     spec, run, tasks, engine, sandbox, meter, store, on_start, on_task
                 )
+                coverage = run.energy_coverage or meter.coverage.to_dict()  # older runs: now
+                return replace(result, energy_coverage=coverage)
         finally:
             engine.close()
 
@@ -322,6 +334,7 @@ def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
     """The spec a run was started with, from the options stored with it."""
     names = {spec_field.name for spec_field in fields(MeasureSpec)}
     stored = {name: value for name, value in run.options.items() if name in names}
+    stored.setdefault("gpus", "all")  # runs from before --gpus metered every visible GPU
     # A cloud run has no model file: its model is the name the server knows it by.
     local = stored.get("engine", "llamacpp") in LOCAL_ENGINE_KINDS
     model = run.model_path if local else run.model_name
@@ -403,6 +416,29 @@ def _estimated_window(window: WindowEnergy, completion: Completion) -> WindowEne
         sources=(source,),
         low_resolution=False,
     )
+
+
+def _metered_gpus(spec: MeasureSpec, engine: Engine) -> GpuSelection:
+    """The GPUs whose energy the run counts: the engine's own (METRICS.md), or `--gpus all`."""
+    return "all" if spec.gpus == "all" else engine.devices
+
+
+def _check_same_gpus(run: RunRecord, coverage: dict[str, object]) -> None:
+    """A resumed run meters the GPUs it started with: CUDA_VISIBLE_DEVICES may map the engine's
+    devices to other boards in a new shell."""
+    if not run.energy_coverage:
+        return  # stored before runs kept their coverage
+
+    def gpus(coverage: dict[str, object]) -> list[str]:
+        names = coverage.get("in_scope")
+        return [n for n in names if str(n).startswith("nvml:")] if isinstance(names, list) else []
+
+    before, now = gpus(run.energy_coverage), gpus(coverage)
+    if sorted(before) != sorted(now):
+        raise UserError(
+            f"run {run.id} metered {', '.join(before) or 'no GPU'} but this process would meter "
+            f"{', '.join(now) or 'no GPU'}; set CUDA_VISIBLE_DEVICES as when the run started"
+        )
 
 
 def _gpu_description(source: EnergySource) -> str:

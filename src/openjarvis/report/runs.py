@@ -6,7 +6,7 @@ A run's figures are the RunFigures dict `ipw measure` stored in `run.summary` (M
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +16,9 @@ __all__ = [
     "FIGURE_COLUMNS",
     "LOCAL_ENGINES",
     "Interval",
+    "coverage_missing",
+    "coverage_names",
+    "energy_label",
     "figure",
     "format_interval",
     "format_value",
@@ -23,12 +26,14 @@ __all__ = [
     "host_label",
     "is_cloud",
     "is_estimate",
+    "is_partial",
     "mark_estimate",
     "model_label",
     "newest_per_group",
     "pareto_frontier",
     "run_row",
     "run_to_dict",
+    "scope_label",
 ]
 
 # runtime.engines.LOCAL_ENGINE_KINDS, repeated: report may not import runtime (ARCHITECTURE.md).
@@ -57,6 +62,41 @@ def is_cloud(run: RunRecord) -> bool:
 def is_estimate(run: RunRecord) -> bool:
     """Energy from a model rather than a counter; such figures are always labelled."""
     return run.energy_method == "estimate"
+
+
+def coverage_missing(coverage: Mapping[str, object]) -> dict[str, str]:
+    """The sources in scope that could not be read, with why, from a stored coverage."""
+    missing = coverage.get("missing")
+    return {str(k): str(v) for k, v in missing.items()} if isinstance(missing, dict) else {}
+
+
+def coverage_names(coverage: Mapping[str, object], key: str) -> list[str]:
+    """The source names a stored coverage lists under `in_scope` or `out_of_scope`."""
+    names = coverage.get(key)
+    return [str(name) for name in names] if isinstance(names, list) else []
+
+
+def is_partial(run: RunRecord) -> bool:
+    """A source in the run's scope could not be read: its energy is a smaller sum than the
+    scope names (METRICS.md, "Energy provenance"). Runs stored without coverage are not."""
+    return bool(coverage_missing(run.energy_coverage))
+
+
+def scope_label(scope: str, coverage: Mapping[str, object], detail: bool = True) -> str:
+    """`accelerator`, or `accelerator (partial: nvml:GPU-... permission)` with a missing source;
+    without `detail`, `accelerator (partial)` for table cells."""
+    missing = coverage_missing(coverage)
+    if not missing:
+        return scope
+    if not detail:
+        return f"{scope} (partial)"
+    return f"{scope} (partial: {', '.join(f'{name} {why}' for name, why in missing.items())})"
+
+
+def energy_label(run: RunRecord) -> str:
+    """Method and scope as tables show them: `counter · accelerator (partial)`."""
+    scope = scope_label(run.energy_scope, run.energy_coverage, detail=False)
+    return f"{run.energy_method or 'none'} · {scope}"
 
 
 def host_label(run: RunRecord) -> str:
@@ -127,6 +167,7 @@ def run_row(run: RunRecord) -> dict[str, Any]:
         "suite": run.suite,
         "energy_scope": run.energy_scope,
         "energy_method": run.energy_method,
+        "energy_partial": is_partial(run),
         "tasks": (run.summary or {}).get("tasks"),
     }
     for name in FIGURE_COLUMNS:
@@ -184,14 +225,16 @@ def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
 def frontiers(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
     """Pareto frontiers of accuracy versus mean J per task, one per energy scope and method class.
 
-    Measured and estimated energy, or two scopes, are never ranked against each other.
+    Measured and estimated energy, two scopes, or a partial scope and a whole one, are never
+    ranked against each other.
     """
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:
         if None in (figure(run, "accuracy")[0], figure(run, "mean_energy_j")[0]):
             continue
         kind = "estimated" if is_estimate(run) else "measured"
-        groups.setdefault(f"{run.energy_scope} scope, {kind}", []).append(run)
+        partial = " (partial)" if is_partial(run) else ""
+        groups.setdefault(f"{run.energy_scope} scope{partial}, {kind}", []).append(run)
     result = {}
     for key, members in sorted(groups.items()):
         points = [(figure(r, "mean_energy_j")[0], figure(r, "accuracy")[0]) for r in members]
