@@ -72,6 +72,7 @@ def add_run(
     seed: int = 0,
     trace_samples: int = 0,
     state: str = "complete",
+    coverage: dict[str, object] | None = None,  # energy_coverage; None: none recorded
 ) -> str:
     """A finished run with `tasks` synthetic tasks (HumanEval/0..n-1); returns its id."""
     rng = random.Random(seed)
@@ -92,6 +93,7 @@ def add_run(
             tool_version="0.1.0",
             host=host,
             model_quantisation="Q4_K_M" if engine == "llamacpp" else None,
+            energy_coverage=coverage or {},
         )
     )
     records = [

@@ -1,6 +1,7 @@
 """`ipw compare`: runs side by side, with each run's ratio to the first and its 95 % interval.
 
-Ratios come from evals.metrics.compare_figures; energy scopes must match unless the user says so.
+Ratios come from evals.metrics.compare_figures; energy scopes must match, and be whole or partial
+alike, unless the user says so.
 """
 
 import dataclasses
@@ -23,10 +24,13 @@ from openjarvis.evals.metrics import (
 )
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
+    energy_label,
     host_label,
     is_estimate,
+    is_partial,
     model_label,
     run_row,
+    scope_label,
 )
 from openjarvis.store import RunRecord, open_reader
 
@@ -36,7 +40,8 @@ __all__ = ["compare_command"]
 def compare_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids; the first is the baseline")],
     allow_mixed_scope: Annotated[
-        bool, typer.Option(help="Show runs of different energy scopes side by side, labelled")
+        bool,
+        typer.Option(help="Show runs of different or partial energy scopes side by side, labelled"),
     ] = False,
     db: DatabaseOption = None,
     json_output: JsonOption = False,
@@ -56,6 +61,17 @@ def compare_command(
         raise UserError(
             f"these runs measure different energy scopes ({listing}); compare runs of one "
             "scope, or pass --allow-mixed-scope to show them side by side, labelled"
+        )
+    partial = [record for record in records if is_partial(record)]
+    if partial and len(partial) < len(records) and not allow_mixed_scope:
+        listing = ", ".join(
+            f"{_short(record)}: {scope_label(record.energy_scope, record.energy_coverage)}"
+            for record in partial
+        )
+        raise UserError(
+            f"some runs' energy scope is partial ({listing}): a source in scope could not be "
+            "read, so their energy leaves it out; compare runs whose scopes are alike, or pass "
+            "--allow-mixed-scope to show them side by side, labelled"
         )
     per_task = [{task.task_id: task_figures(task) for task in saved} for saved in tasks]
     figures = [compute_figures(list(by_id.values())) for by_id in per_task]
@@ -85,6 +101,11 @@ def compare_command(
             "[yellow]note:[/] energy scopes differ (system includes CPU and DRAM, accelerator "
             "only GPUs): energy ratios compare different things"
         )
+    if partial and len(partial) < len(records):
+        console.print(
+            "[yellow]note:[/] runs marked (partial) could not read a source in their scope: "
+            "their energy leaves it out, so energy ratios compare different things"
+        )
 
 
 def _short(record: RunRecord) -> str:
@@ -105,7 +126,7 @@ def _table(
         label = "\n(estimate)" if is_estimate(record) else ""
         table.add_column(
             f"{_short(record)}\n{model_label(record)}\n{host_label(record)}\n"
-            f"{record.energy_method or 'none'} · {record.energy_scope}{label}",
+            f"{energy_label(record)}{label}",
             justify="right",
         )
     baseline = records[0]
@@ -145,7 +166,8 @@ def _as_json(
                 "baseline_tasks": comparison.baseline_tasks,
                 "other_tasks": comparison.other_tasks,
                 "energy_estimated": is_estimate(record) or is_estimate(baseline),
-                "mixed_scope": record.energy_scope != baseline.energy_scope,
+                "mixed_scope": record.energy_scope != baseline.energy_scope
+                or is_partial(record) != is_partial(baseline),
                 "ratios": {
                     name: dataclasses.asdict(estimate)
                     for name, estimate in comparison.ratios.items()

@@ -16,6 +16,9 @@ from openjarvis.errors import UserError
 from openjarvis.evals.metrics import Estimate, RunFigures, compute_figures, task_figures
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
+    coverage_missing,
+    coverage_names,
+    energy_label,
     figure,
     format_interval,
     format_value,
@@ -24,6 +27,7 @@ from openjarvis.report.runs import (
     model_label,
     run_row,
     run_to_dict,
+    scope_label,
 )
 from openjarvis.store import RunRecord, TaskResultRecord, open_reader, shown_state
 
@@ -100,7 +104,7 @@ def runs_command(
             format_value(figure(run, "accuracy")[0]),
             mark_estimate(format_value(figure(run, "mean_energy_j")[0]), run),
             mark_estimate(format_value(figure(run, "accuracy_per_joule")[0]), run),
-            f"{run.energy_method or 'none'} · {run.energy_scope}",
+            energy_label(run),
         )
     console.print(table)
 
@@ -159,7 +163,12 @@ def _metadata_table(run: RunRecord) -> Table:
         ("parameters", f"{run.model_parameters:,}" if run.model_parameters else "—"),
         ("engine", f"{run.engine} {json.dumps(run.engine_settings, sort_keys=True)}"),
         ("suite", f"{run.suite} {json.dumps(run.options, sort_keys=True)}"),
-        ("energy", f"method {run.energy_method or 'none'} · scope {run.energy_scope}"),
+        (
+            "energy",
+            f"method {run.energy_method or 'none'} · "
+            f"scope {scope_label(run.energy_scope, run.energy_coverage)}",
+        ),
+        *_coverage_rows(run),
         ("idle power (W)", json.dumps(run.idle_power_w, sort_keys=True)),
         ("sandbox", run.sandbox_isolation),
         ("openjarvis", run.tool_version),
@@ -177,6 +186,19 @@ def _metadata_table(run: RunRecord) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _coverage_rows(run: RunRecord) -> list[tuple[str, str]]:
+    """What the energy scope covered: sources in it, GPUs left out, sources it could not read."""
+    coverage = run.energy_coverage
+    if not coverage:
+        return [("in scope", "not recorded (the run predates energy coverage)")]
+    missing = coverage_missing(coverage)
+    return [
+        ("in scope", ", ".join(coverage_names(coverage, "in_scope")) or "none"),
+        ("out of scope", ", ".join(coverage_names(coverage, "out_of_scope")) or "none"),
+        ("missing", ", ".join(f"{name} ({why})" for name, why in missing.items()) or "none"),
+    ]
 
 
 def _process_text(run: RunRecord) -> str:

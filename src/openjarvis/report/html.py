@@ -10,6 +10,7 @@ from html import escape
 from openjarvis.report.plot import Plot
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
+    energy_label,
     figure,
     format_interval,
     host_label,
@@ -49,7 +50,7 @@ def _run_table(runs: Sequence[RunRecord]) -> str:
             host_label(run),
             run.suite,
             run.state,
-            f"{run.energy_method or 'none'} · {run.energy_scope}",
+            energy_label(run),
         ]
         row = "".join(f'<td class="text">{escape(cell)}</td>' for cell in cells)
         for name in RUN_TABLE_COLUMNS:

@@ -20,12 +20,15 @@ from openjarvis.report.html import render_html
 from openjarvis.report.plot import Plot
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
+    coverage_missing,
+    energy_label,
     figure,
     format_interval,
     frontiers,
     host_label,
     is_cloud,
     is_estimate,
+    is_partial,
     mark_estimate,
     model_label,
     newest_per_group,
@@ -83,6 +86,16 @@ def _notes(data: ReportData) -> list[str]:
         notes.append(
             "Energy marked 'est.', hollow markers and hatched bars is estimated from a model "
             "(CPU utilisation and TDP, or a cloud's published joules per token), not measured."
+        )
+    partial = [run for run in data.runs if is_partial(run)]
+    if partial:
+        listed = "; ".join(
+            f"{(run.id or '')[:8]}: {', '.join(coverage_missing(run.energy_coverage))}"
+            for run in partial
+        )
+        notes.append(
+            f"{len(partial)} run(s) have a partial energy scope, marked '(partial)': a source in "
+            f"scope could not be read, so their energy leaves it out ({listed})."
         )
     scopes = sorted({run.energy_scope for run in data.runs})
     if len(scopes) > 1:
@@ -173,7 +186,7 @@ def _markdown(data: ReportData, plots: Sequence[Plot]) -> str:
             host_label(run),
             run.suite,
             run.state,
-            f"{run.energy_method or 'none'} · {run.energy_scope}",
+            energy_label(run),
         ]
         for name in FIGURE_COLUMNS:
             text = format_interval(*figure(run, name))
