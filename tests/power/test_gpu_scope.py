@@ -149,6 +149,19 @@ def test_a_device_past_the_visible_list_is_missing(
         source.close()
 
 
+@pytest.mark.parametrize(("gpus", "missing"), [((0,), {"nvml": "no-device"}), ("all", {})])
+def test_an_empty_cuda_visible_devices_hides_every_gpu(
+    monkeypatch: pytest.MonkeyPatch, no_hardware: Path, gpus: GpuSelection, missing: dict
+) -> None:
+    two_gpus(monkeypatch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    found = discover_sources(gpus=gpus, scope="accelerator", estimate_cpu=False)
+    assert found.sources == ()
+    assert found.coverage.missing == missing
+    (status,) = [status for status in found.statuses if status.domain == "gpu"]
+    assert status.detail is not None and "hides every GPU" in status.detail
+
+
 def test_a_mig_instance_cuda_would_use_is_missing_under_all(
     monkeypatch: pytest.MonkeyPatch, no_hardware: Path
 ) -> None:

@@ -151,7 +151,8 @@ def select_visible(uuids: list[str], visible: str | None) -> tuple[list[int], li
     if visible is None:
         return list(range(len(uuids))), []
     selected: list[int] = []
-    for entry in (part.strip() for part in visible.split(",")):
+    entries = [part.strip() for part in visible.split(",")] if visible.strip() else []
+    for entry in entries:  # an empty value hides every GPU (the caller says so)
         if entry.upper().startswith("MIG-"):
             detail = f"CUDA_VISIBLE_DEVICES names a MIG instance ({entry}): NVML energy is per "
             detail += "physical GPU, so MIG instances cannot be measured; name whole GPUs"
