@@ -79,10 +79,21 @@ def test_measure_json_prints_the_same_figures(tmp_path: Path, env: dict[str, str
     assert summary["energy_method"] in ("counter", "integrated", "estimate")
     apj = figures["accuracy_per_joule"]
     assert apj["value"] is not None or apj["null_reason"]
+    # The windows add up to the counters over the run (no joule lost between tasks), and the
+    # energy is split at the first token into prefill and decode.
+    assert summary["conservation"]["ratio"] == pytest.approx(1.0, abs=0.01)
+    assert summary["window_flags"]["tasks"] == 1
+    assert summary["phase_energy"]["decode_j_per_output_token"] > 0
     with open_store(str(db)) as store:
         (run,) = store.list_runs()
         assert run.summary is not None
         assert run.summary["accuracy"] == figures["accuracy"]
+        assert run.idle_after_power_w  # idle measured again after the tasks: drift is known
+        (task,) = store.task_results(run.id or "")
+    assert task.prefill_energy_j is not None and task.decode_energy_j is not None
+    assert task.energy_j is not None
+    assert task.prefill_energy_j + task.decode_energy_j == pytest.approx(task.energy_j)
+    assert task.tail_energy_j is not None  # settled: the tail up to the run's end
 
 
 @pytest.mark.parametrize(

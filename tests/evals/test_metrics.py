@@ -81,3 +81,44 @@ def test_pass_at_k_for_every_k_up_to_n() -> None:
 def test_no_tasks_is_an_error() -> None:
     with pytest.raises(ValueError):
         compute_figures([])
+
+
+def _net_tasks(nets: list[float]) -> list[TaskFigures]:
+    return [
+        TaskFigures(
+            samples=1,
+            passed=1,
+            latency_s=2.0,
+            energy_j=100.0 + net,
+            net_energy_j=net,
+            completion_tokens=10,
+        )
+        for net in nets
+    ]
+
+
+def test_net_ratios_are_null_when_mean_net_energy_is_not_above_zero() -> None:
+    figures = compute_figures(_net_tasks([-3.0, 1.0, 1.5]))
+    assert figures.mean_net_energy_j.value == pytest.approx(-0.5 / 3)
+    for ratio in (
+        figures.accuracy_per_joule_net,
+        figures.accuracy_per_watt_net,
+        figures.joules_per_solved_task_net,
+        figures.joules_per_output_token_net,
+    ):
+        assert (ratio.value, ratio.null_reason) == (None, "net-unresolved")
+    assert figures.accuracy_per_joule.value is not None  # gross is unaffected
+
+
+def test_the_idle_baselines_error_widens_mean_net_and_can_unresolve_the_ratios() -> None:
+    tasks = _net_tasks([4.0, 5.0, 6.0])
+    alone = compute_figures(tasks)
+    assert alone.accuracy_per_joule_net.value == pytest.approx(1 / 5.0)
+    # 1 W of baseline error over 2-s tasks: +-3.92 J on the mean; the interval stays above 0.
+    small = compute_figures(tasks, idle_error_w=1.0)
+    assert alone.mean_net_energy_j.low is not None and small.mean_net_energy_j.low is not None
+    assert small.mean_net_energy_j.low == pytest.approx(alone.mean_net_energy_j.low - 3.92)
+    assert small.accuracy_per_joule_net.value == pytest.approx(1 / 5.0)
+    # 2 W: the widened interval reaches 0, so no net ratio is published.
+    large = compute_figures(tasks, idle_error_w=2.0)
+    assert large.accuracy_per_joule_net.null_reason == "net-unresolved"

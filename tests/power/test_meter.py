@@ -184,10 +184,11 @@ def test_overlapping_windows_are_marked_and_counted_once_in_the_total(
     with meter.window("c") as c:
         spend(meter, clock, 1.0)
     energies = (a.result.energy_j, b.result.energy_j, c.result.energy_j)
-    assert energies == pytest.approx((200.0, 200.0, 100.0))
+    assert energies == pytest.approx((200.0, 200.0, 100.0), rel=1e-3)
     assert (a.result.overlapped, b.result.overlapped, c.result.overlapped) == (True, True, False)
     total = meter.total()
-    assert (total.energy_j, total.covered_s, total.windows) == pytest.approx((400.0, 4.0, 3))
+    assert total.energy_j == pytest.approx(400.0, rel=1e-3)
+    assert (total.covered_s, total.windows) == pytest.approx((4.0, 3))
 
 
 def test_concurrent_windows_from_threads_never_count_a_joule_twice() -> None:
@@ -232,8 +233,9 @@ def test_idle_power_is_measured_and_subtracted(
         spend(meter, clock, 1.0)
     assert early.result.net_energy_j is None
     baseline = meter.measure_idle(3.0)
-    assert baseline.power_w == {f"nvml:{UUID_A}": pytest.approx(80.0)}
-    assert baseline.error_w[f"nvml:{UUID_A}"] == pytest.approx(0.0, abs=1e-6)
+    # Refresh times are placed to within a few ms: over 3 s, a few tenths of a percent.
+    assert baseline.power_w == {f"nvml:{UUID_A}": pytest.approx(80.0, rel=5e-3)}
+    assert 0.0 <= baseline.error_w[f"nvml:{UUID_A}"] < 1.0  # type: ignore[operator]
     assert baseline.seconds == pytest.approx(3.0)
     with meter.window("task") as window:
         busy.append((clock.now_s, clock.now_s + 2.0))
@@ -241,11 +243,13 @@ def test_idle_power_is_measured_and_subtracted(
     spend(meter, clock, 1.0)
     meter.settle()
     (gpu,) = window.result.sources
-    assert gpu.energy_j == pytest.approx(600.0)
-    assert (gpu.idle_power_w, gpu.net_energy_j) == (pytest.approx(80.0), pytest.approx(440.0))
-    assert window.result.net_energy_j == pytest.approx(440.0)
-    assert window.result.tail_energy_j == pytest.approx(0.0, abs=1e-6)
-    assert meter.total().net_energy_j == pytest.approx(440.0)
+    # Within the idle baseline's own error (refresh times placed to a few ms over 3 s).
+    assert gpu.energy_j == pytest.approx(600.0, rel=2e-3)
+    assert gpu.idle_power_w == pytest.approx(80.0, rel=5e-3)
+    assert gpu.net_energy_j == pytest.approx(440.0, rel=2e-3)
+    assert window.result.net_energy_j == gpu.net_energy_j
+    assert window.result.tail_energy_j == pytest.approx(0.0, abs=0.5)
+    assert meter.total().net_energy_j == pytest.approx(440.0, rel=2e-3)
 
 
 def test_one_failed_source_makes_the_sum_none_with_its_reason(

@@ -39,6 +39,9 @@ def summary_dict(result: MeasureResult) -> dict[str, object]:
         "sandbox_note": result.sandbox_note,
         "resumed_tasks": result.resumed_tasks,
         "memory_bandwidth_utilisation": result.memory_bandwidth_utilisation,
+        "window_flags": result.window_flags,
+        "conservation": result.conservation,
+        "phase_energy": result.phase_energy,
         "figures": result.figures.to_dict(),
     }
 
@@ -62,6 +65,12 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     table.add_row(f"mean J per task, net of idle{label}", _with_interval(figures.mean_net_energy_j))
     table.add_row(f"accuracy per joule{label}", _with_interval(figures.accuracy_per_joule))
     table.add_row(f"mean W{label}", _with_interval(figures.mean_power_w))
+    phase = result.phase_energy
+    table.add_row(
+        f"J per prompt token / per output token{label}",
+        f"{_plain(phase.get('prefill_j_per_prompt_token'), '.3g')} / "
+        f"{_plain(phase.get('decode_j_per_output_token'), '.3g')}",
+    )
     table.add_row("decode tokens/s (median)", _plain(figures.decode_tokens_per_s, ".1f"))
     table.add_row("decode memory-bandwidth use", _plain(result.memory_bandwidth_utilisation, ".0%"))
     table.add_row(
@@ -81,6 +90,8 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
         console.print(
             f"[dim]out of scope (the engine does not use them): {', '.join(out_of_scope)}[/]"
         )
+    if line := _windows_line(result):
+        console.print(f"[yellow]note:[/] {line}")
     if result.resumed_tasks:
         console.print(f"resumed: {result.resumed_tasks} task(s) were finished before the resume")
     if result.energy_note:
@@ -88,3 +99,23 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     for line in result.unavailable_sources:
         console.print(f"[dim]not measured: {line}[/]")
     console.print(f"[dim]sandbox: {result.sandbox_note}[/]")
+
+
+def _windows_line(result: MeasureResult) -> str | None:
+    """Tasks whose energy deserves a second look, and whether the windows added up."""
+    flags, parts = result.window_flags, []
+    if flags.get("low_resolution"):
+        parts.append(f"{flags['low_resolution']} shorter than 10 counter refreshes")
+    if flags.get("overlapped"):
+        parts.append(f"{flags['overlapped']} overlapped other windows")
+    if flags.get("large_tail"):
+        parts.append(f"{flags['large_tail']} with over a quarter of their net energy in the tail")
+    ratio = result.conservation.get("ratio")
+    lost = ratio is not None and abs(ratio - 1) > 0.01
+    if not parts and not lost:
+        return None
+    text = f"of {flags.get('tasks', 0)} tasks: " + ", ".join(parts) if parts else ""
+    if lost:
+        text += ("; " if text else "") + f"the tasks' net energies add up to {ratio:.3f} of the "
+        text += "counters over the run"
+    return text

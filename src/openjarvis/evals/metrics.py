@@ -5,7 +5,7 @@ Ratios come with 95 % percentile bootstrap intervals over tasks (2,000 resamples
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -14,13 +14,16 @@ from openjarvis.store.records import TaskResultRecord
 
 __all__ = [
     "COMPARED_FIGURES",
+    "LARGE_TAIL_SHARE",
     "Comparison",
     "Estimate",
     "RunFigures",
     "TaskFigures",
     "compare_figures",
     "compute_figures",
+    "phase_energy",
     "task_figures",
+    "window_flags",
 ]
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -109,13 +112,36 @@ def _bootstrap(
     return Estimate(point, float(low), float(high))
 
 
+def _with_baseline_error(
+    mean_net: Estimate, idle_error_w: float | None, mean_tau_s: float
+) -> Estimate:
+    """Widen mean net energy's interval by the idle baseline's own error (95 %, two-sided)."""
+    if idle_error_w is None or mean_net.low is None or mean_net.high is None:
+        return mean_net
+    spread_j = 1.96 * idle_error_w * mean_tau_s
+    return replace(mean_net, low=mean_net.low - spread_j, high=mean_net.high + spread_j)
+
+
+def _net_resolved(mean_net: Estimate) -> bool:
+    """Whether net energy is known to be above 0: a ratio over it means something."""
+    if mean_net.value is None or mean_net.value <= 0:
+        return False
+    return mean_net.low is None or mean_net.low > 0
+
+
 def _percentile(values: Sequence[float | None], q: float) -> float | None:
     known = [v for v in values if v is not None]
     return float(np.percentile(known, q)) if known else None
 
 
-def compute_figures(tasks: Sequence[TaskFigures]) -> RunFigures:
-    """All run figures of METRICS.md from per-task figures."""
+def compute_figures(tasks: Sequence[TaskFigures], idle_error_w: float | None = None) -> RunFigures:
+    """All run figures of METRICS.md from per-task figures.
+
+    `idle_error_w`: the uncertainty of the idle baseline summed over the scope (W). Every
+    task's net energy shares that error (times its duration), which resampling tasks cannot
+    see, so it widens the interval of mean net energy. Net ratios are null (`net-unresolved`)
+    where mean net energy is not above 0 or its widened interval reaches 0.
+    """
     n_tasks = len(tasks)
     if n_tasks == 0:
         raise ValueError("no tasks to compute figures from")
@@ -147,6 +173,10 @@ def compute_figures(tasks: Sequence[TaskFigures]) -> RunFigures:
     mean_net, apj_net, apw_net, per_solved_net, per_token_net = energy_figures(
         net_energy, net_reason
     )
+    mean_net = _with_baseline_error(mean_net, idle_error_w, float(tau.mean()))
+    if net_reason is None and not _net_resolved(mean_net):
+        unresolved = Estimate(None, null_reason="net-unresolved")
+        apj_net = apw_net = per_solved_net = per_token_net = unresolved
     pass_k = {}
     for k in range(1, samples + 1):
         per_task = np.array([pass_at_k(t.samples, t.passed, k) for t in tasks])
@@ -269,3 +299,49 @@ def task_figures(record: TaskResultRecord) -> TaskFigures:
         ttft_s=record.ttft_s,
         decode_tokens_per_s=record.decode_tokens_per_s,
     )
+
+
+# A tail above this share of a task's net energy is flagged: most of what the task is charged
+# came after it returned (a device slow to wind down, or load from something else).
+LARGE_TAIL_SHARE = 0.25
+
+
+def window_flags(records: Sequence[TaskResultRecord]) -> dict[str, int]:
+    """How many tasks had windows short for the counters, overlapping others, or a large tail."""
+    large_tail = 0
+    for record in records:
+        tail_j, net_j = record.tail_energy_j, record.net_energy_j
+        large_tail += (
+            tail_j is not None
+            and net_j is not None
+            and net_j > 0
+            and (tail_j > LARGE_TAIL_SHARE * net_j)
+        )
+    return {
+        "tasks": len(records),
+        "low_resolution": sum(any(e.low_resolution for e in r.energy) for r in records),
+        "overlapped": sum(r.overlapped for r in records),
+        "large_tail": large_tail,
+    }
+
+
+def phase_energy(records: Sequence[TaskResultRecord]) -> dict[str, float | None]:
+    """Prefill energy per prompt token and decode energy per output token over the run's
+    tasks (energy split at each sample's first token); None when any part is unknown."""
+    prefill = [r.prefill_energy_j for r in records]
+    decode = [r.decode_energy_j for r in records]
+    prompt_tokens = sum(r.prompt_tokens for r in records)
+    output_tokens = sum(r.completion_tokens for r in records)
+    known = bool(records) and None not in prefill and None not in decode
+    return {
+        "prefill_j_per_prompt_token": (
+            sum(p for p in prefill if p is not None) / prompt_tokens
+            if known and prompt_tokens
+            else None
+        ),
+        "decode_j_per_output_token": (
+            sum(d for d in decode if d is not None) / output_tokens
+            if known and output_tokens
+            else None
+        ),
+    }

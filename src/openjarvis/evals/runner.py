@@ -14,13 +14,20 @@ import numpy as np
 
 from openjarvis import __version__
 from openjarvis.errors import RunInterrupted, UserError
-from openjarvis.evals.metrics import RunFigures, compute_figures, task_figures
+from openjarvis.evals.metrics import (
+    RunFigures,
+    compute_figures,
+    phase_energy,
+    task_figures,
+    window_flags,
+)
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.suites import load_suite
 from openjarvis.evals.types import Task
 from openjarvis.hostinfo import describe_host
-from openjarvis.power import Meter
+from openjarvis.power import Meter, WindowHandle
+from openjarvis.power.accounting import in_scope
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.types import GpuSelection, IdleBaseline, Scope, SourceEnergy, WindowEnergy
 from openjarvis.runtime.engines import (
@@ -120,6 +127,13 @@ class MeasureResult:
     # Median share of the memory bandwidth that decode used (METRICS.md), over this process's
     # completions; None when the engine cannot know it (cloud, GPU offload).
     memory_bandwidth_utilisation: float | None = None
+    # Tasks whose windows were short for the counters, overlapped others, or carry a large tail.
+    window_flags: dict[str, int] = field(default_factory=dict)
+    # This process's windows against the counters over the same time (a ratio near 1: no
+    # joule lost between windows).
+    conservation: dict[str, float | None] = field(default_factory=dict)
+    # J per prompt token (prefill) and per output token (decode), split at the first token.
+    phase_energy: dict[str, float | None] = field(default_factory=dict)
     # {"in_scope": [...], "out_of_scope": [...], "missing": {name: reason}}, as the run stores it.
     energy_coverage: dict[str, object] = field(default_factory=dict)
 
@@ -254,25 +268,51 @@ def _execute(
     started_at = run.started_at or datetime.now(UTC)
     trace_origin_s = time.monotonic() - (datetime.now(UTC) - started_at).total_seconds()
     seen: list[Completion] = []  # this process's completions, for MBU and cost
+    # A task is saved once its windows are settled: its tail (the device winding down until
+    # the next task's window opens) is known after the counters refreshed past that opening,
+    # usually during the next task. A crash loses the task in flight and at most one more.
+    unsaved: list[_Measured] = []
+    saved: list[TaskResultRecord] = []
+
+    def save(measured: _Measured, windows: list[WindowEnergy]) -> None:
+        record = measured.record(windows)
+        store.save_task_result(run_id, record)
+        saved.append(record)
+        samples = [
+            PowerSampleRecord(s.source, s.time_s - trace_origin_s, s.power_w)
+            for s in meter.drain_trace()
+        ]
+        store.add_power_samples(run_id, samples)
+        on_task(measured.task.task_id, record.passed, record.samples)
+
+    def save_settled() -> None:
+        while unsaved and (windows := unsaved[0].settled()) is not None:
+            save(unsaved.pop(0), windows)
+
+    def save_the_rest() -> None:
+        meter.settle()
+        while unsaved:
+            measured = unsaved.pop(0)
+            save(measured, [handle.result for handle in measured.handles])
+
     try:
         for task in pending:
-            record = _measure_task(spec, task, engine, sandbox, meter, seen)
-            store.save_task_result(run_id, record)
-            samples = [
-                PowerSampleRecord(s.source, s.time_s - trace_origin_s, s.power_w)
-                for s in meter.drain_trace()
-            ]
-            store.add_power_samples(run_id, samples)
-            on_task(task.task_id, record.passed, record.samples)
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", None)
+            unsaved.append(_measure_task(spec, task, engine, sandbox, meter, seen))
+            save_settled()
+        save_the_rest()
+    except BaseException as error:
+        if unsaved and isinstance(error, KeyboardInterrupt | Exception):
+            save_the_rest()  # finished tasks are kept, with the tail known so far
+        state = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+        store.finish_run(run_id, state, None)
         raise
-    except BaseException:
-        store.finish_run(run_id, "failed", None)
-        raise
+    idle_after = _idle_after(spec, meter, engine)
+    if idle_after is not None:
+        store.set_idle_power(run_id, dict(idle_after.power_w), after=True)
     # Figures come from the stored results, so a resumed run counts every task exactly once.
     results = store.task_results(run_id)
-    figures = compute_figures([task_figures(r) for r in results])
+    idle_error_w = _idle_error_w(meter, idle_after)
+    figures = compute_figures([task_figures(r) for r in results], idle_error_w=idle_error_w)
     mbu = [c.memory_bandwidth_utilisation for c in seen if c.memory_bandwidth_utilisation]
     mbu_median = float(np.median(mbu)) if mbu else None
     costs = [c.cost_usd for c in seen]
@@ -281,6 +321,10 @@ def _execute(
         **figures.to_dict(),
         "memory_bandwidth_utilisation": mbu_median,
         "cost_usd": cost_usd,  # paid APIs only; None when any price is unknown
+        "idle_error_w": idle_error_w,
+        "windows": window_flags(results),
+        "conservation": _conservation(meter, saved, engine),
+        "phase_energy": phase_energy(results),
     }
     store.finish_run(run_id, "complete", summary)
     return MeasureResult(
@@ -297,7 +341,31 @@ def _execute(
         ],
         resumed_tasks=len(done),
         memory_bandwidth_utilisation=mbu_median,
+        window_flags=summary["windows"],  # type: ignore[arg-type]
+        conservation=summary["conservation"],  # type: ignore[arg-type]
+        phase_energy=summary["phase_energy"],  # type: ignore[arg-type]
     )
+
+
+@dataclass(slots=True)
+class _Measured:
+    """A task generated and scored whose windows may still be settling."""
+
+    task: Task
+    completions: list[Completion]
+    handles: list[WindowHandle]
+    statuses: list[str]
+
+    def settled(self) -> list[WindowEnergy] | None:
+        windows = [handle.settled() for handle in self.handles]
+        return None if None in windows else windows  # type: ignore[return-value]
+
+    def record(self, windows: list[WindowEnergy]) -> TaskResultRecord:
+        estimated = [
+            _estimated_window(window, completion)
+            for window, completion in zip(windows, self.completions, strict=True)
+        ]
+        return _task_record(self.task, self.completions, estimated, self.statuses)
 
 
 def _measure_task(
@@ -307,9 +375,9 @@ def _measure_task(
     sandbox: Sandbox,
     meter: Meter,
     seen: list[Completion],
-) -> TaskResultRecord:
+) -> _Measured:
     completions: list[Completion] = []
-    windows: list[WindowEnergy] = []
+    handles: list[WindowHandle] = []
     for sample in range(spec.samples):
         request = GenerationRequest(
             prompt=task.prompt,
@@ -320,14 +388,59 @@ def _measure_task(
         )
         with meter.window(f"{task.task_id}#{sample}") as window:
             completion = engine.generate(request)
+        if completion.ttft_s is not None:  # prefill energy is what the window drew until then
+            window.mark_first_token(window.start_s + completion.ttft_s)
         completions.append(completion)
-        windows.append(_estimated_window(window.result, completion))
+        handles.append(window)
     seen.extend(completions)
     # Scoring runs after the windows closed: tests are not charged to the model.
     outcomes = score_completions(
         [(task, c.text) for c in completions], sandbox, timeout_s=spec.timeout_s
     )
-    return _task_record(task, completions, windows, [o.status for o in outcomes])
+    return _Measured(task, completions, handles, [o.status for o in outcomes])
+
+
+def _idle_after(spec: MeasureSpec, meter: Meter, engine: Engine) -> IdleBaseline | None:
+    """Idle power again once the tasks are done, to report how far it drifted."""
+    if spec.idle_seconds <= 0 or engine.kind not in LOCAL_ENGINE_KINDS or meter.idle is None:
+        return None
+    return meter.measure_idle(spec.idle_seconds, use=False)
+
+
+def _idle_error_w(meter: Meter, after: IdleBaseline | None) -> float | None:
+    """The idle baseline's uncertainty over the sources in scope, in watts: each source's
+    standard error and half its drift over the run, added in quadrature. None: unknown."""
+    if meter.idle is None:
+        return None
+    variance = 0.0
+    for source in meter.sources:
+        if not in_scope(source.domain, meter.scope):
+            continue
+        error_w = meter.idle.error_w.get(source.name)
+        if error_w is None:
+            return None
+        drift_w = 0.0
+        before_w = meter.idle.power_w.get(source.name)
+        after_w = after.power_w.get(source.name) if after is not None else None
+        if before_w is not None and after_w is not None:
+            drift_w = 0.5 * (after_w - before_w)
+        variance += error_w**2 + drift_w**2
+    return math.sqrt(variance)
+
+
+def _conservation(
+    meter: Meter, saved: list[TaskResultRecord], engine: Engine
+) -> dict[str, float | None]:
+    """This process's windows against the counters over the same time (METRICS: conservation):
+    the tasks' net energies add up to the bracket's within rounding when no joule is lost."""
+    if engine.kind not in LOCAL_ENGINE_KINDS:
+        return {"windows_net_j": None, "bracket_net_j": None, "ratio": None}
+    total = meter.total()
+    nets = [r.net_energy_j for r in saved]
+    windows_j = None if not nets or None in nets else sum(n for n in nets if n is not None)
+    bracket_j = total.net_energy_j
+    ratio = None if windows_j is None or not bracket_j else windows_j / bracket_j
+    return {"windows_net_j": windows_j, "bracket_net_j": bracket_j, "ratio": ratio}
 
 
 def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
@@ -368,6 +481,7 @@ def _task_record(
     )
     ttfts = [c.ttft_s for c in completions if c.ttft_s is not None]
     rates = [r for c in completions if (r := c.decode_tokens_per_s) is not None]
+    prefills = [w.prefill_energy_j for w in windows]
     return TaskResultRecord(
         task_id=task.task_id,
         samples=len(completions),
@@ -383,6 +497,10 @@ def _task_record(
         completions=tuple(c.text for c in completions),
         statuses=tuple(statuses),
         energy=energy,
+        tail_energy_j=_sum_or_none([w.tail_energy_j for w in windows]),
+        prefill_energy_j=_sum_or_none(prefills),
+        decode_energy_j=_sum_or_none([w.decode_energy_j for w in windows]),
+        overlapped=any(w.overlapped for w in windows),
     )
 
 

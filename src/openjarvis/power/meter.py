@@ -23,6 +23,7 @@ from openjarvis.power.edges import Knot, Share, Span, attribute
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.track import Track
 from openjarvis.power.types import (
+    Coverage,
     GpuSelection,
     IdleBaseline,
     Method,
@@ -104,6 +105,10 @@ class Meter:
             tuple(statuses) if statuses is not None else tuple(source.status for source in sources)
         )
         self.idle: IdleBaseline | None = None  # set by measure_idle(), or restored by a caller
+        # What the scope covers; discover() fills it from what it found (power/discovery.py).
+        self.coverage = Coverage(
+            in_scope=tuple(s.name for s in sources if in_scope(s.domain, scope))
+        )
         self._clock = clock
         self._sleep = sleep
         self._tracks = [Track(source, clock) for source in sources]
@@ -111,6 +116,8 @@ class Meter:
         self._windows: list[WindowHandle] = []
         self._active: list[WindowHandle] = []
         self._tail_owner: WindowHandle | None = None
+        self._spans: list[tuple[float, float]] = []  # closed windows, for total()
+        self._tails: list[tuple[float, float]] = []  # closed tails (gaps owned by a window)
         self.window_count = 0
         self._trace_lock = threading.Lock()
         self._trace: deque[PowerSample] = deque(maxlen=max_trace_samples)
@@ -267,8 +274,7 @@ class Meter:
                 for other in self._active:
                     other.overlapped = True
             elif self._tail_owner is not None:
-                self._tail_owner.tail_end_s = start_s  # the gap before this window is its tail
-                self._tail_owner = None
+                self._close_tail(start_s)  # the gap before this window is the last one's tail
             self._active.append(handle)
             self._windows.append(handle)
             self._forget(start_s)
@@ -279,6 +285,7 @@ class Meter:
             with self._lock:
                 handle.end_s = end_s
                 self._active.remove(handle)
+                self._spans.append((handle.start_s, end_s))
                 self.window_count += 1
                 if self._active:
                     handle.tail_end_s = end_s  # a window still open owns the gap after it
@@ -290,11 +297,19 @@ class Meter:
         now_s = self._read_edges()
         with self._lock:
             if self._tail_owner is not None:
-                self._tail_owner.tail_end_s = now_s
-                self._tail_owner = None
+                self._close_tail(now_s)
+
+    def _close_tail(self, end_s: float) -> None:
+        """The last window's tail ends at `end_s`; under the lock."""
+        owner = self._tail_owner
+        assert owner is not None and owner.end_s is not None
+        owner.tail_end_s = end_s
+        self._tails.append((owner.end_s, end_s))
+        self._tail_owner = None
 
     def _forget(self, now_s: float) -> None:
-        """Drop windows (and knots) that no result will need again; under the lock."""
+        """Drop windows that no result will need again (results look only at their
+        neighbours; `total()` keeps its own spans); under the lock."""
         needed = [
             w.start_s
             for w in self._windows
@@ -306,8 +321,6 @@ class Meter:
             for w in self._windows
             if w.end_s is None or max(w.end_s, w.tail_end_s or 0) >= horizon_s
         ]
-        for track in self._tracks:
-            track.forget_before(horizon_s)
 
     def _resolve(self, handle: WindowHandle, *, wait: bool) -> WindowEnergy | None:
         if handle._final is not None:
@@ -422,12 +435,8 @@ class Meter:
         """Energy over the union of the closed windows and their closed tails: a joule in two
         windows counts once."""
         with self._lock:
-            closed = [w for w in self._windows if w.end_s is not None]
             # With idle power known, tails (energy above idle between windows) are in the total.
-            tails = self.idle is not None
-            merged = _merge(
-                [(w.start_s, (w.tail_end_s if tails else None) or w.end_s or 0.0) for w in closed]
-            )
+            merged = _merge(self._spans + (self._tails if self.idle is not None else []))
             windows = self.window_count
         covered_s = sum(end - start for start, end in merged)
         sources = []

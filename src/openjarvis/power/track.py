@@ -52,8 +52,11 @@ class RefreshClock:
     the phase against drift. Until the phase is known, reads come every `margin_s`.
     """
 
+    # Defaults measured on an H200 (docs/benchmarks.md): an NVML energy read costs ~4 ms of
+    # CPU, more when it lands on a refresh, so reads keep 8 ms away from one and come every
+    # second refresh; the phase drifts little (period 100.00000 ms), so checks are rare.
     def __init__(
-        self, period_s: float, margin_s: float = 0.004, check_every: int = 10, stride: int = 1
+        self, period_s: float, margin_s: float = 0.008, check_every: int = 20, stride: int = 2
     ) -> None:
         self.period_s = period_s
         self.margin_s = margin_s
@@ -64,11 +67,15 @@ class RefreshClock:
         self._refreshes = 0
         self._checking = False  # the last read was the one just before a refresh
         self._late = False  # a read after the expected refresh saw no step yet
+        # What the reads were spent on (benchmarks/power_truth.py reports them).
+        self.late_reads = 0
+        self.relearns = 0
 
     @property
     def narrow_s(self) -> float:
-        """The widest bracket that pins a refresh."""
-        return 4 * self.margin_s
+        """The widest bracket that pins a refresh: a read on each side, each a margin away, plus
+        a read's own time."""
+        return 3 * self.margin_s
 
     @property
     def uncertainty_s(self) -> float:
@@ -87,12 +94,14 @@ class RefreshClock:
     def observe(self, low_s: float, high_s: float, stepped: bool) -> None:
         """A read sampled the counter in (low_s, high_s] after the previous read sampled it."""
         self._late = not stepped and not self._checking and self.phase_s is not None
+        self.late_reads += self._late
         if stepped:
             self._refreshes += 1
             if high_s - low_s <= self.narrow_s:
                 self._pin(0.5 * (low_s + high_s))
             elif self._checking:
                 self.phase_s = None  # stepped before the expected time: learn it again
+                self.relearns += 1
         self._checking = False
 
     def _pin(self, refresh_s: float) -> None:
@@ -122,7 +131,8 @@ class Track:
     def __init__(self, source: EnergySource, clock: Callable[[], float]) -> None:
         self.source = source
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the state below
+        self._read_lock = threading.Lock()  # a read and its folding, for edge-read sources
         # The sampler must read a wrapping counter at least twice per shortest wrap period.
         self.sample_period_s = source.sample_period_s
         if source.max_read_interval_s is not None:
@@ -138,6 +148,7 @@ class Track:
         self._read_count = 0
         self._trace_start: tuple[float, float] | None = None  # (time_s, energy_j)
         self._knots: list[Knot] = []
+        self._times: list[float] = []  # the knots' times, for bisecting
         self._faults: list[tuple[float, str]] = []  # (time_s, reason): no energy across them
 
     def advance(self, edge_s: float | None = None) -> TrackReading:
@@ -146,12 +157,22 @@ class Track:
         `edge_s`: a window's edge at which this read is taken (a source that is current when
         read); its knot is placed there, so the window's edge and the knot coincide.
         """
+        if self.source.edge_reads:
+            with self._read_lock:  # reads from several threads fold in the order taken
+                return self._advance(edge_s)
+        # Read only by the sampler: the read (milliseconds for NVML) holds no lock, so a
+        # window or a result never waits for it.
+        return self._advance(edge_s)
+
+    def _advance(self, edge_s: float | None) -> TrackReading:
+        before_s = self._clock()
+        try:
+            value: float | None = self.source.read()
+        except ReadError as error:
+            value, failure = None, error.reason
         with self._lock:
-            before_s = self._clock()
-            try:
-                value = self.source.read()
-            except ReadError as error:
-                self._fault(before_s, error.reason)
+            if value is None:
+                self._fault(before_s, failure)
                 return self._reading(before_s, ok=False)
             now_s = self._clock()
             previous = self._last_value
@@ -174,7 +195,7 @@ class Track:
         if self.refresh is None:
             if self._knots and now_s <= self._knots[-1].time_s:
                 now_s = self._knots[-1].time_s  # reads from two threads: keep times in order
-            self._knots.append(Knot(now_s, self._energy_j))
+            self._add_knot(Knot(now_s, self._energy_j))
             return
         if previous is None:
             return  # the value of a refresh at an unknown time before this read
@@ -184,9 +205,18 @@ class Track:
             time_s = self.refresh.refresh_in(self._last_sampled_s, now_s)
             if self._knots and time_s <= self._knots[-1].time_s:
                 time_s = 0.5 * (self._knots[-1].time_s + now_s)
-            self._knots.append(Knot(time_s, self._energy_j))
+            self._add_knot(Knot(time_s, self._energy_j))
+
+    def _add_knot(self, knot: Knot) -> None:
+        self._knots.append(knot)
+        self._times.append(knot.time_s)
 
     # Knots for the Meter -------------------------------------------------------------------
+
+    @property
+    def read_count(self) -> int:
+        """Successful reads so far (what the sampler costs is about this times one read)."""
+        return self._read_count
 
     def failing(self) -> str | None:
         """The reason of a fault since the last knot (the source is failing now), if any."""
@@ -208,26 +238,23 @@ class Track:
 
     def knots_around(self, low_s: float, high_s: float) -> tuple[list[Knot], str | None]:
         """The knots from the last one at or before `low_s` to the first at or after `high_s`,
-        and the reason the energy between them is unknown (a fault in between), if any."""
+        and the reason the energy between them is unknown (a fault in between), if any.
+
+        Knots are kept for the meter's life (a few MB a day): a run's bracket needs its first.
+        """
         with self._lock:
-            times = [knot.time_s for knot in self._knots]
+            times = self._times
             first = max(0, bisect.bisect_right(times, low_s) - 1)
             last = min(len(times), bisect.bisect_left(times, high_s) + 1)
             knots = self._knots[first:last]
             low_s = knots[0].time_s if knots else low_s
             high_s = max(high_s, knots[-1].time_s) if knots else high_s
-            for fault_s, reason in self._faults:
-                if low_s <= fault_s <= high_s:
+            for fault_s, reason in reversed(self._faults):
+                if fault_s < low_s:
+                    break
+                if fault_s <= high_s:
                     return knots, reason
             return knots, None
-
-    def forget_before(self, time_s: float) -> None:
-        """Drop knots and faults no window will ask for again (the last one before stays)."""
-        with self._lock:
-            times = [knot.time_s for knot in self._knots]
-            keep = max(0, bisect.bisect_right(times, time_s) - 1)
-            del self._knots[:keep]
-            self._faults = [f for f in self._faults if f[0] >= time_s]
 
     # Traces --------------------------------------------------------------------------------
 

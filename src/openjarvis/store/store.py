@@ -99,10 +99,17 @@ class Store:
         self._write_retrying_races(write)
         return run_id
 
-    def set_idle_power(self, run_id: str, idle_power_w: dict[str, float | None]) -> None:
-        """Record the idle power per source, measured after the run row was created."""
+    def set_idle_power(
+        self, run_id: str, idle_power_w: dict[str, float | None], *, after: bool = False
+    ) -> None:
+        """Record the idle power per source: the baseline, or (`after`) the one measured when
+        the run's tasks were done, which says how far idle drifted."""
         with self._session() as session:
-            _existing_run(session, run_id).idle_power_w = dict(idle_power_w)
+            run = _existing_run(session, run_id)
+            if after:
+                run.idle_after_power_w = dict(idle_power_w)
+            else:
+                run.idle_power_w = dict(idle_power_w)
 
     def save_task_result(self, run_id: str, result: TaskResultRecord) -> None:
         """Save one task with its energy readings and commit; this is the run's heartbeat."""
