@@ -47,14 +47,16 @@ class RefreshClock:
     """When a stepping counter refreshes: a period and the time of one refresh (the phase).
 
     A read that sees the value step brackets a refresh between the previous read and itself;
-    a narrow bracket pins the phase. Reads are then timed just after each expected refresh
-    (one read per refresh), and every `check_every` refreshes a read just before it re-pins
-    the phase against drift. Until the phase is known, reads come every `margin_s`.
+    a narrow bracket (reads `margin_s` either side) pins the phase. Once pinned, the counter is
+    read every `stride` refreshes halfway between two of them, where a read is cheapest and the
+    value is that of the refresh just passed; every `check_every` refreshes a read just before
+    and one just after an expected refresh pin the phase again against drift. Until the phase
+    is known, or when a refresh came where none was expected, reads come every `margin_s`.
     """
 
     # Defaults measured on an H200 (docs/benchmarks.md): an NVML energy read costs ~4 ms of
-    # CPU, more when it lands on a refresh, so reads keep 8 ms away from one and come every
-    # second refresh; the phase drifts little (period 100.00000 ms), so checks are rare.
+    # CPU, several times that when it lands near a refresh; the period is stable (100.000 ms),
+    # so pinning reads are rare.
     def __init__(
         self, period_s: float, margin_s: float = 0.008, check_every: int = 20, stride: int = 2
     ) -> None:
@@ -65,9 +67,8 @@ class RefreshClock:
         self.phase_s: float | None = None
         self._anchor_s: float | None = None  # the first pinned refresh, for the period
         self._refreshes = 0
-        self._checking = False  # the last read was the one just before a refresh
-        self._late = False  # a read after the expected refresh saw no step yet
-        # What the reads were spent on (benchmarks/power_truth.py reports them).
+        self._stage = "learn"  # learn | steady | before (read just before) | after | late
+        # What the reads were spent on (benchmarks/power_sampler_cost.py reports them).
         self.late_reads = 0
         self.relearns = 0
 
@@ -83,7 +84,7 @@ class RefreshClock:
         return 0.5 * self.narrow_s
 
     def refresh_in(self, low_s: float, high_s: float) -> float:
-        """The time of the refresh known to lie in (low_s, high_s]."""
+        """The time of the latest refresh known to lie in (low_s, high_s]."""
         if self.phase_s is not None:
             count = (high_s - self.phase_s) // self.period_s
             grid_s = self.phase_s + count * self.period_s
@@ -93,16 +94,29 @@ class RefreshClock:
 
     def observe(self, low_s: float, high_s: float, stepped: bool) -> None:
         """A read sampled the counter in (low_s, high_s] after the previous read sampled it."""
-        self._late = not stepped and not self._checking and self.phase_s is not None
-        self.late_reads += self._late
+        stage = self._stage
         if stepped:
             self._refreshes += 1
             if high_s - low_s <= self.narrow_s:
                 self._pin(0.5 * (low_s + high_s))
-            elif self._checking:
-                self.phase_s = None  # stepped before the expected time: learn it again
-                self.relearns += 1
-        self._checking = False
+                self._stage = "steady"
+            elif stage == "before":
+                self._relearn()  # stepped earlier than expected
+            elif stage in ("after", "late"):
+                self._stage = "steady"
+            return
+        if stage == "before":
+            self._stage = "after"
+        elif stage in ("after", "late"):
+            self._stage = "late"
+            self.late_reads += 1
+        elif stage == "steady":
+            self._relearn()  # half a period after the expected refresh and still no step
+
+    def _relearn(self) -> None:
+        self.phase_s = None
+        self._stage = "learn"
+        self.relearns += 1
 
     def _pin(self, refresh_s: float) -> None:
         if self._anchor_s is None:
@@ -115,14 +129,15 @@ class RefreshClock:
 
     def next_read_s(self, now_s: float) -> float:
         """When to read next, given that the latest read ended at `now_s`."""
-        if self.phase_s is None or self._late:
+        if self.phase_s is None or self._stage in ("learn", "late"):
             return now_s + self.margin_s
-        count = (now_s - self.phase_s) // self.period_s + self.stride
-        expected_s = self.phase_s + count * self.period_s
-        if self._refreshes % self.check_every == 0 and expected_s - self.margin_s > now_s:
-            self._checking = True
-            return expected_s - self.margin_s
-        return expected_s + self.margin_s
+        next_s = self.phase_s + ((now_s - self.phase_s) // self.period_s + 1) * self.period_s
+        if self._stage == "after":
+            return next_s + self.margin_s
+        if self._refreshes % self.check_every == 0 and next_s - self.margin_s > now_s:
+            self._stage = "before"  # no refresh lies between the last read and this one
+            return next_s - self.margin_s
+        return next_s + (self.stride - 0.5) * self.period_s
 
 
 class Track:
