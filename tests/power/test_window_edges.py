@@ -129,6 +129,26 @@ def test_a_window_waits_for_nobody_and_settles_when_the_next_one_opens(
         clock.advance(0.01)
     assert first.settled() is None  # the counter has not refreshed past b's start yet
     meter._sleep = clock.sleep
-    spend(meter, clock, 0.2)
+    spend(meter, clock, 0.4)  # a read every second refresh: one lands past b's start
     settled = first.settled()
     assert settled is not None and settled.net_energy_j == pytest.approx(0.0, abs=1e-3)
+
+
+def test_a_caller_waiting_for_a_result_gets_it_right_after_the_next_refresh(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID)])
+    SteppingCounter(clock, fake.gpus[0], lambda t: IDLE_W, phase_s=0.0)
+    meter = Meter.discover(
+        "accelerator", "/nonexistent", estimate_cpu=False, clock=clock, sleep=clock.sleep
+    )
+    spend(meter, clock, 1.0)  # phase learned; reads now come every second refresh, halfway
+    clock.advance(0.3 - (clock.now_s % 0.1) + 0.001)  # just after a refresh
+    with meter.window("request") as window:
+        clock.advance(0.01)
+    ended_s = clock.now_s
+    assert window.result.energy_j == pytest.approx(IDLE_W * 0.01, rel=1e-3)
+    # The next refresh is 0.089 s after the end; the planned read would come up to 0.25 s on.
+    waited_s = clock.now_s - ended_s
+    margin_s = meter._tracks[0].refresh.margin_s  # type: ignore[union-attr]
+    assert waited_s <= 0.089 + margin_s + 0.003  # the wait re-checks every 2 ms

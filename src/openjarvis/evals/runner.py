@@ -431,7 +431,7 @@ def _idle_error_w(meter: Meter, after: IdleBaseline | None) -> float | None:
 def _conservation(
     meter: Meter, saved: list[TaskResultRecord], engine: Engine
 ) -> dict[str, float | None]:
-    """This process's windows against the counters over the same time (METRICS: conservation):
+    """This process's windows against the counters over the same time (docs/energy.md):
     the tasks' net energies add up to the bracket's within rounding when no joule is lost."""
     if engine.kind not in LOCAL_ENGINE_KINDS:
         return {"windows_net_j": None, "bracket_net_j": None, "ratio": None}

@@ -124,6 +124,7 @@ class Meter:
         self.dropped_samples = 0  # trace samples lost because nobody drained the trace
         self._thread: threading.Thread | None = None
         self._stop_event = threading.Event()
+        self._wake = threading.Event()  # a caller waits for a knot: read sooner than planned
         self._sampler_error: Exception | None = None
 
     @classmethod
@@ -176,6 +177,7 @@ class Meter:
         """Stop the sampler; raises if it had died, since its traces are then incomplete."""
         if self._thread is not None:
             self._stop_event.set()
+            self._wake.set()
             self._thread.join()
             self._thread = None
         self._raise_sampler_error()
@@ -216,7 +218,11 @@ class Meter:
     def _sample_loop(self) -> None:
         delay_s = 0.0
         try:
-            while not self._stop_event.wait(delay_s):
+            while not self._stop_event.is_set():
+                self._wake.wait(delay_s)
+                self._wake.clear()
+                if self._stop_event.is_set():
+                    break
                 delay_s = self.poll()
         except Exception as error:  # raised again in the caller's thread by stop()
             self._sampler_error = error
@@ -249,12 +255,18 @@ class Meter:
     def _wait_for_knots(self, time_s: float) -> None:
         """Until every source has a knot at or after `time_s` (or stopped refreshing)."""
         deadline_s = time_s + self.resolution_s + _REFRESH_GRACE_S
+        hurried = False
         while (now_s := self._clock()) < deadline_s:
             if all(track.covers(time_s) for track in self._tracks):
                 return
+            if not hurried:  # the counters are read right after their next refresh
+                for track in self._tracks:
+                    track.hurry(time_s)
+                self._wake.set()
+                hurried = True
             delay_s = 0.002
             if not self.running:
-                delay_s = max(min(self.poll(), deadline_s - now_s), 1e-4)
+                delay_s = max(min(self.poll(), deadline_s - now_s, delay_s), 1e-4)
             self._sleep(delay_s)
 
     # Windows -------------------------------------------------------------------------------

@@ -68,6 +68,8 @@ class RefreshClock:
         self._anchor_s: float | None = None  # the first pinned refresh, for the period
         self._refreshes = 0
         self._stage = "learn"  # learn | steady | before (read just before) | after | late
+        # A caller waits for a refresh at or after this time: read right after it.
+        self.wanted_s: float | None = None
         # What the reads were spent on (benchmarks/power_sampler_cost.py reports them).
         self.late_reads = 0
         self.relearns = 0
@@ -110,6 +112,8 @@ class RefreshClock:
         elif stage in ("after", "late"):
             self._stage = "late"
             self.late_reads += 1
+        elif stage == "steady" and self.wanted_s is not None:
+            self._stage = "late"  # read just after a wanted refresh, which has not come yet
         elif stage == "steady":
             self._relearn()  # half a period after the expected refresh and still no step
 
@@ -134,6 +138,11 @@ class RefreshClock:
         next_s = self.phase_s + ((now_s - self.phase_s) // self.period_s + 1) * self.period_s
         if self._stage == "after":
             return next_s + self.margin_s
+        if self.wanted_s is not None:
+            wanted_s = (
+                self.phase_s - ((self.phase_s - self.wanted_s) // self.period_s) * self.period_s
+            )
+            return max(now_s, wanted_s + self.margin_s)
         if self._refreshes % self.check_every == 0 and next_s - self.margin_s > now_s:
             self._stage = "before"  # no refresh lies between the last read and this one
             return next_s - self.margin_s
@@ -225,6 +234,21 @@ class Track:
     def _add_knot(self, knot: Knot) -> None:
         self._knots.append(knot)
         self._times.append(knot.time_s)
+        refresh = self.refresh
+        if refresh is not None and refresh.wanted_s is not None and knot.time_s >= refresh.wanted_s:
+            refresh.wanted_s = None
+
+    def hurry(self, time_s: float) -> None:
+        """Someone waits for this source's energy up to `time_s`: a stepping counter is read
+        right after its first refresh at or after it, instead of at its cheaper planned time
+        (the sampler must be woken to notice)."""
+        if self.refresh is None:
+            return
+        with self._lock:
+            if self._knots and self._knots[-1].time_s >= time_s:
+                return
+            self.refresh.wanted_s = time_s
+            self.next_due_s = min(self.next_due_s, self.refresh.next_read_s(self._last_time_s))
 
     # Knots for the Meter -------------------------------------------------------------------
 

@@ -83,19 +83,21 @@ class EnergyServer:
 
     def answer(self, handler: "_Handler", parsed: ParsedRequest, endpoint: str) -> None:
         # Each request is logged before its reply ends: a client that has the reply finds it.
-        with self._turn:
-            started_at = datetime.now(UTC)
-            if parsed.stream:
-                self._stream(
-                    handler, parsed, lambda c, e: self._log(endpoint, parsed, c, e, started_at)
-                )
-                return
-            with self.meter.window(parsed.id) as window:
-                completion = self.engine.generate(parsed.request)
-            energy = energy_field(window.result, completion.energy_estimate)
-            self._log(endpoint, parsed, completion, energy, started_at)
-            model = self.engine.model_name
-            handler.send_json(200, completion_body(parsed, model, completion, energy))
+        # The engine is held only while it generates: the window's energy resolves once the
+        # counters have refreshed past its end (up to ~0.25 s on NVML), and the next request
+        # does not wait for that.
+        started_at = datetime.now(UTC)
+        if parsed.stream:
+            self._stream(
+                handler, parsed, lambda c, e: self._log(endpoint, parsed, c, e, started_at)
+            )
+            return
+        with self._turn, self.meter.window(parsed.id) as window:
+            completion = self.engine.generate(parsed.request)
+        energy = energy_field(window.result, completion.energy_estimate)
+        self._log(endpoint, parsed, completion, energy, started_at)
+        model = self.engine.model_name
+        handler.send_json(200, completion_body(parsed, model, completion, energy))
 
     def _stream(
         self,
@@ -105,8 +107,14 @@ class EnergyServer:
     ) -> None:
         """Stream the reply; a client that leaves early gets nothing logged (no completion)."""
         model = self.engine.model_name
-        chunks = self.engine.stream(parsed.request)
         completion: Completion | None = None
+        self._turn.acquire()
+        holding = True  # the engine: released once generation ends, before the energy resolves
+        try:
+            chunks = self.engine.stream(parsed.request)
+        except BaseException:
+            self._turn.release()
+            raise
         try:
             with self.meter.window(parsed.id) as window:
                 first = next(chunks)  # errors here still become a plain 400 reply
@@ -123,6 +131,9 @@ class EnergyServer:
                     handler.end_stream()
                     return
             assert completion is not None, "every stream ends with its completion"
+            chunks.close()
+            self._turn.release()  # the engine is free; this reply waits for its energy alone
+            holding = False
             energy = energy_field(window.result, completion.energy_estimate)
             finish = chunk_body(parsed, model, "", completion.finish_reason, energy=energy)
             handler.send_event(finish)
@@ -134,6 +145,8 @@ class EnergyServer:
             return
         finally:
             chunks.close()  # frees the engine when a client leaves early
+            if holding:
+                self._turn.release()
 
     def _log(
         self,
