@@ -13,7 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import Estimate, RunFigures, compute_figures, task_figures
+from openjarvis.evals.metrics import (
+    Estimate,
+    RunFigures,
+    compute_figures,
+    phase_energy,
+    task_figures,
+)
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
     coverage_missing,
@@ -118,7 +124,7 @@ def show_command(
     with open_reader(db) as store:
         record = store.get_run(run)
         tasks = store.task_results(record.id or run)
-    figures = run_figures(tasks)
+    figures = run_figures(tasks, record)
     state = shown_state(record)
     note = None if state == "complete" else f"run is {state}: figures are partial"
     console = Console()
@@ -135,15 +141,22 @@ def show_command(
     if figures is None:
         console.print("no tasks saved: no figures")
         return
-    console.print(_figures_table(record, figures))
+    console.print(_figures_table(record, figures, tasks))
     if note:
         console.print(f"[yellow]note:[/] {note}")
+    if windows := _windows_note(record):
+        console.print(f"[dim]windows: {windows}[/]")
     console.print(_tasks_table(record, tasks))
 
 
-def run_figures(tasks: list[TaskResultRecord]) -> RunFigures | None:
-    """The run's figures from its saved tasks (the same computation `ipw measure` stored)."""
-    return compute_figures([task_figures(task) for task in tasks]) if tasks else None
+def run_figures(tasks: list[TaskResultRecord], run: RunRecord) -> RunFigures | None:
+    """The run's figures from its saved tasks (the same computation `ipw measure` stored,
+    with the idle baseline's error it recorded)."""
+    if not tasks:
+        return None
+    idle_error_w = (run.summary or {}).get("idle_error_w")
+    error_w = float(idle_error_w) if isinstance(idle_error_w, int | float) else None
+    return compute_figures([task_figures(task) for task in tasks], idle_error_w=error_w)
 
 
 def _metadata_table(run: RunRecord) -> Table:
@@ -213,7 +226,25 @@ def interval_text(estimate: Estimate) -> str:
     return format_interval(estimate.value, estimate.low, estimate.high)
 
 
-def _figures_table(run: RunRecord, figures: RunFigures) -> Table:
+def _windows_note(run: RunRecord) -> str | None:
+    """The window flags and conservation `ipw measure` stored with the run, when worth a look."""
+    summary = run.summary or {}
+    flags, conservation = summary.get("windows"), summary.get("conservation")
+    parts = []
+    if isinstance(flags, dict):
+        for key, text in (
+            ("low_resolution", "shorter than 10 counter refreshes"),
+            ("overlapped", "overlapped other windows"),
+            ("large_tail", "with over a quarter of their net energy in the tail"),
+        ):
+            if flags.get(key):
+                parts.append(f"{flags[key]} of {flags.get('tasks', '?')} tasks {text}")
+    if isinstance(conservation, dict) and isinstance(ratio := conservation.get("ratio"), float):
+        parts.append(f"tasks' net energies = {ratio:.4f} of the counters over the run")
+    return "; ".join(parts) or None
+
+
+def _figures_table(run: RunRecord, figures: RunFigures, tasks: list[TaskResultRecord]) -> Table:
     table = Table(title=f"figures over {figures.tasks} tasks · {figures.samples} sample(s) each")
     table.add_column("figure")
     table.add_column("value [95 % interval]", justify="right")
@@ -227,6 +258,15 @@ def _figures_table(run: RunRecord, figures: RunFigures) -> Table:
                     table.add_row(f"pass@{k}", interval_text(estimate))
     table.add_row(
         "J per solved task", mark_estimate(interval_text(figures.joules_per_solved_task), run)
+    )
+    phase = phase_energy(tasks)
+    table.add_row(
+        "J per prompt token / per output token",
+        mark_estimate(
+            f"{format_value(phase['prefill_j_per_prompt_token'])} / "
+            f"{format_value(phase['decode_j_per_output_token'])}",
+            run,
+        ),
     )
     table.add_row("decode tokens/s (median)", format_value(figures.decode_tokens_per_s))
     table.add_row(
@@ -242,6 +282,7 @@ def _tasks_table(run: RunRecord, tasks: list[TaskResultRecord]) -> Table:
         table.add_column(heading, justify="left" if heading == "task" else "right", no_wrap=True)
     table.add_column("J", justify="right")
     table.add_column("net J", justify="right")
+    table.add_column("tail J", justify="right")
     table.add_column("note")
     for task in tasks:
         failures = sorted({status for status in task.statuses if status != "passed"})
@@ -254,6 +295,7 @@ def _tasks_table(run: RunRecord, tasks: list[TaskResultRecord]) -> Table:
             f"{task.prompt_tokens}/{task.completion_tokens}",
             mark_estimate(format_value(task.energy_j), run),
             mark_estimate(format_value(task.net_energy_j), run),
+            format_value(task.tail_energy_j),
             "; ".join(filter(None, [task.energy_null_reason, *failures]))[:60],
         )
     return table
