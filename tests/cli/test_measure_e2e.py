@@ -49,7 +49,7 @@ def test_measure_two_tasks_stores_rows_and_prints_figures(
         assert len(runs) == 1
         run = runs[0]
         assert run.state == "complete"
-        assert run.model_name == "gemma-3-270m-it-Q4_K_M"
+        assert run.model_name == "gemma-3-270m-Q4_K_M"
         results = store.task_results(run.id or "")
     assert [r.task_id for r in results] == ["HumanEval/0", "HumanEval/1"]
     for result in results:

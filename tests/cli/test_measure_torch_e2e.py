@@ -30,7 +30,7 @@ def test_torch_engine_measures_and_stores_a_run(tmp_path: Path) -> None:
         (result,) = store.task_results(run.id or "")
     assert run.state == "complete"
     assert run.engine == "torch"
-    assert run.model_name == "gemma-3-270m-it-Q4_K_M"
+    assert run.model_name == "gemma-3-270m-Q4_K_M"
     assert run.engine_settings["tp"] == 1
     assert run.engine_settings["device"] == "cpu"
     assert result.completion_tokens > 0

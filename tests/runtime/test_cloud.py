@@ -157,6 +157,6 @@ def test_price_and_energy_tables() -> None:
     assert cost_usd("gpt-4o-mini-2024-07-18", 1_000_000, 0) == pytest.approx(0.15)
     assert cost_usd("my-local-model", 10, 10) is None
     assert energy_class("qwen2.5-coder:7b").name == "small"
-    assert energy_class("gemma-3-270m-it-Q4_K_M").name == "small"
+    assert energy_class("gemma-3-270m-Q4_K_M").name == "small"
     assert energy_class("claude-3-5-sonnet-latest").name == "frontier"
     assert estimate_energy("gpt-4o", 0, 0).energy_j == 0

