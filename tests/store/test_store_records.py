@@ -118,6 +118,22 @@ def test_runs_share_host_and_model_rows(store: Store, database_url: str, make_ru
     assert scalar(database_url, "SELECT count(*) FROM model") == 3
 
 
+def test_model_kind_is_stored_with_its_evidence_and_known_once_read(store: Store, make_run) -> None:
+    older = store.create_run(make_run())  # stored before the kind was read: unknown
+    assert store.get_run(older).model_kind is None
+    evidence = "no tokenizer.chat_template, and no instruction tuning named (general.name 'x')"
+    newer = store.create_run(make_run(model_kind="base", model_kind_evidence=evidence))
+    # The kind belongs to the model file: its earlier runs now show it too.
+    for run_id in (older, newer):
+        run = store.get_run(run_id)
+        assert (run.model_kind, run.model_kind_evidence) == ("base", evidence)
+    # A run that could not read it leaves the known kind alone.
+    unread = store.create_run(make_run(model_kind=None, model_kind_evidence="header unreadable"))
+    assert store.get_run(unread).model_kind == "base"
+    cloud = store.create_run(make_run(model_name="gpt-4o", model_path=None, model_sha256=None))
+    assert store.get_run(cloud).model_kind is None
+
+
 def test_run_without_host(store: Store, make_run) -> None:
     run_id = store.create_run(make_run(host=None))
     assert store.get_run(run_id).host is None

@@ -69,6 +69,7 @@ def test_tables_and_nullability(database_url: str) -> None:
     assert not run["started_at"] and not run["state"] and not run["model_id"]
     model = nullable("model")
     assert model["sha256"] and model["parameters"] and model["quantisation"]
+    assert model["kind"] and model["kind_evidence"]  # unknown for cloud models and older runs
 
     uniques = {
         table: [tuple(u["column_names"]) for u in inspector.get_unique_constraints(table)]

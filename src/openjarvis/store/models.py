@@ -135,6 +135,8 @@ class Model(Base):
     path: Mapped[str | None] = mapped_column(Text)
     quantisation: Mapped[str | None] = mapped_column(String(64))
     parameters: Mapped[int | None] = mapped_column(BigInteger)
+    kind: Mapped[str | None] = mapped_column(String(16))  # "base" | "chat"; NULL: unknown
+    kind_evidence: Mapped[str | None] = mapped_column(Text)  # what in the header decided it
 
 
 class Run(Base):
@@ -188,6 +190,8 @@ class Run(Base):
             host=self.host.to_record() if self.host is not None else None,
             model_quantisation=self.model.quantisation,
             model_parameters=self.model.parameters,
+            model_kind=self.model.kind,
+            model_kind_evidence=self.model.kind_evidence,
             energy_coverage=self.energy_coverage,
             idle_after_power_w=self.idle_after_power_w,
             process_host=self.process_host,

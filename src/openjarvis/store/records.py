@@ -55,6 +55,10 @@ class RunRecord:
     host: HostRecord | None = None
     model_quantisation: str | None = None  # "Q4_K_M"; None when unknown or not quantised
     model_parameters: int | None = None  # parameter count, when known
+    # "base" (pretrained) or "chat" (instruction-tuned), from the GGUF header; None: unknown
+    # (cloud models, runs stored before it was read) with the evidence, when read, beside it.
+    model_kind: str | None = None
+    model_kind_evidence: str | None = None
     # Which energy sources the run covers: {"in_scope": [names], "out_of_scope": [names],
     # "missing": {name: reason}}; a missing source makes the run's scope partial.
     energy_coverage: dict[str, object] = field(default_factory=dict)

@@ -363,5 +363,7 @@ def _model_id(session: Session, run: RunRecord) -> int:
     model.quantisation = model.quantisation or run.model_quantisation
     if model.parameters is None:
         model.parameters = run.model_parameters
+    if model.kind is None and model.kind_evidence is None:
+        model.kind, model.kind_evidence = run.model_kind, run.model_kind_evidence
     session.flush()
     return model.id
