@@ -73,6 +73,8 @@ def add_run(
     trace_samples: int = 0,
     state: str = "complete",
     coverage: dict[str, object] | None = None,  # energy_coverage; None: none recorded
+    options: dict[str, object] | None = None,  # added to the run's options
+    model_kind: tuple[str | None, str] | None = None,  # (kind, evidence); None: not read
 ) -> str:
     """A finished run with `tasks` synthetic tasks (HumanEval/0..n-1); returns its id."""
     rng = random.Random(seed)
@@ -86,7 +88,7 @@ def add_run(
             engine=engine,
             engine_settings={"n_ctx": 4096} if engine == "llamacpp" else {"joules_per_token": 0.3},
             suite=suite,
-            options={"limit": tasks, "samples": 1},
+            options={"limit": tasks, "samples": 1, **(options or {})},
             energy_scope=scope,
             energy_method=method,
             sandbox_isolation="bubblewrap",
@@ -94,6 +96,8 @@ def add_run(
             host=host,
             model_quantisation="Q4_K_M" if engine == "llamacpp" else None,
             energy_coverage=coverage or {},
+            model_kind=model_kind[0] if model_kind else None,
+            model_kind_evidence=model_kind[1] if model_kind else None,
         )
     )
     records = [

@@ -44,12 +44,18 @@ def test_measure_two_tasks_stores_rows_and_prints_figures(
         "energy method · scope",
     ):
         assert figure in out
+    # The embedded model is a base model: HumanEval is put to it as code to continue.
+    assert "completion · base model" in out
     with open_store(str(db)) as store:
         runs = store.list_runs()
         assert len(runs) == 1
         run = runs[0]
         assert run.state == "complete"
         assert run.model_name == "gemma-3-270m-Q4_K_M"
+        assert run.model_kind == "base" and "no tokenizer.chat_template" in str(
+            run.model_kind_evidence
+        )
+        assert run.options["prompting"] == {"code": "completion"}
         results = store.task_results(run.id or "")
     assert [r.task_id for r in results] == ["HumanEval/0", "HumanEval/1"]
     for result in results:
@@ -76,6 +82,7 @@ def test_measure_json_prints_the_same_figures(tmp_path: Path, env: dict[str, str
     figures = summary["figures"]
     assert figures["tasks"] == 1
     assert summary["energy_scope"] == "system"
+    assert summary["model_kind"] == "base" and summary["prompting"] == {"code": "completion"}
     assert summary["energy_method"] in ("counter", "integrated", "estimate")
     apj = figures["accuracy_per_joule"]
     assert apj["value"] is not None or apj["null_reason"]

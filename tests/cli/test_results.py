@@ -99,6 +99,42 @@ def test_show_prints_metadata_figures_and_tasks(store: Store, db: str) -> None:
     assert apj["low"] < apj["value"] < apj["high"]
 
 
+def test_show_states_the_model_kind_and_the_prompting(store: Store, db: str) -> None:
+    evidence = "no tokenizer.chat_template, and no instruction tuning named (general.name 'g')"
+    run_id = add_run(
+        store,
+        H200,
+        "gemma",
+        tasks=2,
+        options={"prompting": {"code": "completion"}},
+        model_kind=("base", evidence),
+    )
+    older = add_run(store, H200, "qwen", tasks=2)  # stored before either was recorded
+    mixed = add_run(
+        store,
+        H200,
+        "qwen-it",
+        tasks=2,
+        options={"prompting": {"code": "completion", "multiple_choice": "chat-template"}},
+        model_kind=("chat", "tokenizer.chat_template present"),
+    )
+
+    def rows(run: str) -> dict[str, str]:
+        code, output, error = ipw("show", run, "--db", db)
+        assert code == 0, error
+        cells = (line.strip("│ ").split("│") for line in output.splitlines() if "│" in line)
+        return {c[0].strip(): c[1].strip() for c in cells if len(c) == 2}
+
+    assert rows(run_id)["model kind"] == f"base ({evidence})"
+    assert rows(run_id)["prompting"] == "completion"
+    assert rows(older)["model kind"] == "unknown (a cloud model, or the run predates reading it)"
+    assert rows(older)["prompting"].startswith("completion (not recorded")
+    assert rows(mixed)["prompting"] == "completion (code), chat-template (multiple_choice)"
+    _, output, _ = ipw("show", run_id, "--db", db, "--json")
+    run = json.loads(output)["run"]
+    assert run["model_kind"] == "base" and run["options"]["prompting"] == {"code": "completion"}
+
+
 def test_show_labels_partial_figures_of_an_interrupted_run(store: Store, db: str) -> None:
     run_id = add_run(store, H200, tasks=4, state="interrupted")
     code, output, _ = ipw("show", run_id, "--db", db)

@@ -20,6 +20,7 @@ from openjarvis.evals.metrics import (
     phase_energy,
     task_figures,
 )
+from openjarvis.evals.prompting import describe_prompting
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
     coverage_missing,
@@ -174,6 +175,8 @@ def _metadata_table(run: RunRecord) -> Table:
         ("model", model_label(run)),
         ("model file", f"{run.model_path or '—'} (sha256 {run.model_sha256 or '—'})"),
         ("parameters", f"{run.model_parameters:,}" if run.model_parameters else "—"),
+        ("model kind", _model_kind_text(run)),
+        ("prompting", describe_prompting(run.options.get("prompting"))),
         ("engine", f"{run.engine} {json.dumps(run.engine_settings, sort_keys=True)}"),
         ("suite", f"{run.suite} {json.dumps(run.options, sort_keys=True)}"),
         (
@@ -199,6 +202,12 @@ def _metadata_table(run: RunRecord) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _model_kind_text(run: RunRecord) -> str:
+    if run.model_kind is None and run.model_kind_evidence is None:
+        return "unknown (a cloud model, or the run predates reading it)"
+    return f"{run.model_kind or 'unknown'} ({run.model_kind_evidence})"
 
 
 def _coverage_rows(run: RunRecord) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from openjarvis.evals.metrics import Estimate
+from openjarvis.evals.prompting import describe_prompting
 from openjarvis.evals.runner import MeasureResult
 from openjarvis.report.runs import coverage_missing, coverage_names, scope_label
 
@@ -30,6 +31,8 @@ def summary_dict(result: MeasureResult) -> dict[str, object]:
     return {
         "run_id": result.run_id,
         "model": result.model_name,
+        "model_kind": result.model_kind,
+        "prompting": result.prompting,
         "energy_scope": result.energy_scope,
         "energy_method": result.energy_method,
         "energy_coverage": result.energy_coverage,
@@ -57,6 +60,7 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     table.add_column("figure")
     table.add_column("value  [95 % interval]", justify="right")
     table.add_row("tasks", f"{figures.tasks} tasks, {figures.samples} sample(s) each")
+    table.add_row("prompting · model kind", _prompting_text(result))
     table.add_row("accuracy (pass@1)", _with_interval(figures.accuracy))
     for k, estimate in figures.pass_at_k.items():
         if k > 1:
@@ -99,6 +103,11 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     for line in result.unavailable_sources:
         console.print(f"[dim]not measured: {line}[/]")
     console.print(f"[dim]sandbox: {result.sandbox_note}[/]")
+
+
+def _prompting_text(result: MeasureResult) -> str:
+    kind = f"{result.model_kind} model" if result.model_kind else "model kind unknown"
+    return f"{describe_prompting(result.prompting)} · {kind}"
 
 
 def _windows_line(result: MeasureResult) -> str | None:

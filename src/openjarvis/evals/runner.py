@@ -21,6 +21,7 @@ from openjarvis.evals.metrics import (
     task_figures,
     window_flags,
 )
+from openjarvis.evals.prompting import Prompting, run_prompting, task_request
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.suites import load_suite
@@ -36,7 +37,8 @@ from openjarvis.runtime.engines import (
     open_engine,
     resolve_engine_model,
 )
-from openjarvis.runtime.types import Completion, Engine, GenerationRequest
+from openjarvis.runtime.model_kind import read_model_kind
+from openjarvis.runtime.types import Completion, Engine
 from openjarvis.store import Store, open_store
 from openjarvis.store.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 
@@ -136,6 +138,8 @@ class MeasureResult:
     phase_energy: dict[str, float | None] = field(default_factory=dict)
     # {"in_scope": [...], "out_of_scope": [...], "missing": {name: reason}}, as the run stores it.
     energy_coverage: dict[str, object] = field(default_factory=dict)
+    model_kind: str | None = None  # "base" or "chat" from the GGUF header; None: unknown
+    prompting: dict[str, Prompting] = field(default_factory=dict)  # per task kind
 
 
 # Called once with the number of tasks left, then after each task with (task_id, passed, n).
@@ -159,6 +163,8 @@ def run_measure(
             with Meter.discover(scope=spec.scope, gpus=_metered_gpus(spec, engine)) as meter:
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
                 gpus = tuple(_gpu_description(s) for s in meter.sources if s.domain == "gpu")
+                kind = read_model_kind(model.path) if model else None  # cloud: not known
+                prompting = run_prompting(tasks, kind.kind if kind else None)
                 run = RunRecord(
                     model_name=model.name if model else engine.model_name,
                     model_path=str(model.path) if model else None,
@@ -166,12 +172,14 @@ def run_measure(
                     engine=engine.kind,
                     engine_settings=engine.settings_dict(),
                     suite=spec.suite,
-                    options=_options(spec, sandbox),
+                    options=_options(spec, sandbox, prompting),
                     energy_scope=spec.scope,
                     energy_method=_energy_method(meter, engine),
                     sandbox_isolation=sandbox.isolation,
                     tool_version=__version__,
                     model_quantisation=model.quantisation if model else None,
+                    model_kind=kind.kind if kind else None,
+                    model_kind_evidence=kind.evidence if kind else None,
                     idle_power_w=dict(idle.power_w) if idle else {},
                     host=describe_host(gpus=gpus),
                     energy_coverage=meter.coverage.to_dict(),
@@ -263,6 +271,7 @@ def _execute(
     run_id = run.id or ""
     done = {result.task_id for result in store.task_results(run_id)}
     pending = [task for task in tasks if task.task_id not in done]
+    prompting = _prompting_of(run, tasks)
     on_start(len(pending))
     # Trace times are seconds since the run started, also across resumed processes.
     started_at = run.started_at or datetime.now(UTC)
@@ -297,7 +306,7 @@ def _execute(
 
     try:
         for task in pending:
-            unsaved.append(_measure_task(spec, task, engine, sandbox, meter, seen))
+            unsaved.append(_measure_task(spec, task, prompting, engine, sandbox, meter, seen))
             save_settled()
         save_the_rest()
     except BaseException as error:
@@ -340,6 +349,8 @@ def _execute(
             f"{s.name}: {s.detail or s.reason}" for s in meter.statuses if not s.available
         ],
         resumed_tasks=len(done),
+        model_kind=run.model_kind,
+        prompting=prompting,
         memory_bandwidth_utilisation=mbu_median,
         window_flags=summary["windows"],  # type: ignore[arg-type]
         conservation=summary["conservation"],  # type: ignore[arg-type]
@@ -371,6 +382,7 @@ class _Measured:
 def _measure_task(
     spec: MeasureSpec,
     task: Task,
+    prompting: dict[str, Prompting],
     engine: Engine,
     sandbox: Sandbox,
     meter: Meter,
@@ -379,13 +391,7 @@ def _measure_task(
     completions: list[Completion] = []
     handles: list[WindowHandle] = []
     for sample in range(spec.samples):
-        request = GenerationRequest(
-            prompt=task.prompt,
-            max_tokens=task.max_tokens,
-            stop=task.stop,
-            temperature=spec.temperature,
-            seed=spec.seed + sample,
-        )
+        request = task_request(task, prompting[task.kind], spec.temperature, spec.seed + sample)
         with meter.window(f"{task.task_id}#{sample}") as window:
             completion = engine.generate(request)
         if completion.ttft_s is not None:  # prefill energy is what the window drew until then
@@ -504,11 +510,23 @@ def _task_record(
     )
 
 
-def _options(spec: MeasureSpec, sandbox: Sandbox) -> dict[str, object]:
+def _options(
+    spec: MeasureSpec, sandbox: Sandbox, prompting: dict[str, Prompting]
+) -> dict[str, object]:
     """Everything needed to resume the run (the model path and database are stored apart)."""
     options: dict[str, object] = asdict(spec)
     del options["model_path"], options["db_url"]
-    return {**options, "sandbox_note": sandbox.isolation_note}
+    return {**options, "sandbox_note": sandbox.isolation_note, "prompting": prompting}
+
+
+def _prompting_of(run: RunRecord, tasks: list[Task]) -> dict[str, Prompting]:
+    """The prompting the run started with, so a resumed run prompts as it did; runs stored
+    before it was recorded prompted every task by completion."""
+    stored = run.options.get("prompting")
+    if not isinstance(stored, dict):
+        return run_prompting(tasks, None)
+    # A kind the stored map lacks (a suite file edited since) gets this model's default.
+    return {**run_prompting(tasks, run.model_kind), **stored}
 
 
 def _estimated_window(window: WindowEnergy, completion: Completion) -> WindowEnergy:
