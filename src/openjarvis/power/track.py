@@ -55,10 +55,10 @@ class RefreshClock:
     """
 
     # Defaults measured on an H200 (docs/benchmarks.md): an NVML energy read costs ~4 ms of
-    # CPU, several times that when it lands near a refresh; the period is stable (100.000 ms),
-    # so pinning reads are rare.
+    # CPU, several times that when it lands near a refresh; every third refresh keeps the
+    # sampler under 2 % of a core; the period is stable (100.000 ms), so pinning reads are rare.
     def __init__(
-        self, period_s: float, margin_s: float = 0.008, check_every: int = 20, stride: int = 2
+        self, period_s: float, margin_s: float = 0.008, check_every: int = 20, stride: int = 3
     ) -> None:
         self.period_s = period_s
         self.margin_s = margin_s
