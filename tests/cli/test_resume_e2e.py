@@ -159,3 +159,21 @@ def test_a_live_run_cannot_be_resumed_and_sigterm_interrupts_it(
     assert run.state == "interrupted"
     assert 1 <= saved < 20
     assert err.strip().splitlines()[-1] == _resume_line(run_id, saved, db)
+
+
+def test_a_native_fault_mid_run_is_reported_and_the_run_resumes(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A segfault in a native library (delivered here as the signal itself) prints Python's
+    fault report instead of dying silently, and the finished tasks resume."""
+    db = tmp_path / "runs.db"
+    process = _start(db, env, *MEASURE)
+    run_id = _wait_for_first_task(db, process)
+    process.send_signal(signal.SIGSEGV)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in err
+    resumed = _start(db, env, "measure", "--resume", run_id, "--json")
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    assert json.loads(out)["resumed_tasks"] >= 1
