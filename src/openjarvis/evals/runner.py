@@ -311,7 +311,10 @@ def _execute(
         save_the_rest()
     except BaseException as error:
         if unsaved and isinstance(error, KeyboardInterrupt | Exception):
-            save_the_rest()  # finished tasks are kept, with the tail known so far
+            try:
+                save_the_rest()  # finished tasks are kept, with the tail known so far
+            except Exception as saving:  # the store itself failing: the first error is the news
+                error.add_note(f"saving the finished tasks failed too: {saving}")
         state = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
         store.finish_run(run_id, state, None)
         raise
