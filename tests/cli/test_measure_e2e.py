@@ -144,3 +144,45 @@ def test_unwritable_database_path_is_refused(tmp_path: Path, env: dict[str, str]
 def _run_count(db: Path) -> int:
     with open_store(str(db)) as store:
         return len(store.list_runs())
+
+
+def test_a_second_measurement_of_the_same_sources_is_refused_or_marked_shared(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Another process holding this machine's CPU source (as a running `ipw measure` does):
+    the run refuses with one line, or, with --allow-shared, runs and says shared-machine."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from openjarvis.power.claims import claim_sources; "
+            "claim = claim_sources(['estimate:cpu'], 'ipw measure in a test'); "
+            "print('held', flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        db = tmp_path / "runs.db"
+        refused = run_ipw(
+            "measure", "--limit", "1", "--idle-seconds", "0", "--db", str(db), env=env
+        )
+        assert refused.returncode == 2
+        assert refused.stderr.strip().splitlines() == [
+            f"error: another measurement holds estimate:cpu (pid {holder.pid}: ipw measure in a "
+            "test): both would claim its joules; wait for it to finish, or pass --allow-shared "
+            "to measure anyway (the run is then marked shared-machine)"
+        ]
+        shared = run_ipw(
+            "measure", "--limit", "1", "--idle-seconds", "0", "--allow-shared", "--json",
+            "--db", str(db), env=env,
+        )  # fmt: skip
+        assert shared.returncode == 0, shared.stderr
+        assert "shared-machine" in json.loads(shared.stdout)["energy_note"]
+        with open_store(str(db)) as store:
+            (run,) = store.list_runs()
+        assert run.options["shared_machine"] == ["estimate:cpu"]
+    finally:
+        holder.kill()
+        holder.wait()

@@ -45,7 +45,7 @@ app.add_typer(db_app, name="db")
 
 
 # With --resume a run continues with the options it was started with; only these may be given.
-RESUME_OPTIONS = ("resume", "db", "json_output")
+RESUME_OPTIONS = ("resume", "db", "json_output", "allow_shared")
 
 
 @app.command()
@@ -72,6 +72,13 @@ def measure(
     gpus: Annotated[
         str, typer.Option(help="GPUs metered: engine (those it runs on) or all (every visible)")
     ] = "engine",
+    allow_shared: Annotated[
+        bool,
+        typer.Option(
+            "--allow-shared",
+            help="Measure even while another measurement holds a source in scope (marked)",
+        ),
+    ] = False,
     db: Annotated[str | None, typer.Option(help="Database URL or path (or OPENJARVIS_DB)")] = None,
     n_ctx: Annotated[int, typer.Option(help="Context size in tokens (at least 1)")] = 4096,
     threads: Annotated[
@@ -111,7 +118,7 @@ def measure(
         temperature=(0.0 if samples == 1 else 0.8) if temperature is None else temperature,
         seed=seed,
         idle_seconds=idle_seconds,
-        scope=scope,  # type: ignore[arg-type]  # checked above
+        scope=scope,  # type: ignore[arg-type]  # typer passes str; checked above
         db_url=db,
         n_ctx=n_ctx,
         threads=threads,
@@ -120,7 +127,8 @@ def measure(
         tp=tp,
         base_url=base_url,
         api_key_env=api_key_env,
-        gpus=gpus,  # type: ignore[arg-type]  # checked by spec.validate()
+        gpus=gpus,  # type: ignore[arg-type]  # typer passes str; checked by spec.validate()
+        allow_shared=allow_shared,
     )
     if resume is None:
         spec.validate()  # before the progress bar, so a bad option is the only line printed
@@ -152,7 +160,9 @@ def measure(
             progress.update(bar, advance=1, passed=done, description=task_id)
 
         if resume is not None:
-            result = resume_measure(resume, db, on_start=on_start, on_task=on_task)
+            result = resume_measure(
+                resume, db, on_start=on_start, on_task=on_task, allow_shared=allow_shared
+            )
         else:
             result = run_measure(spec, on_start=on_start, on_task=on_task)
     print_summary(result, Console(), as_json=json_output)

@@ -5,7 +5,8 @@ them in the sandbox, and save each task to the store at once.
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Literal
@@ -29,6 +30,7 @@ from openjarvis.evals.types import Task
 from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter, WindowHandle
 from openjarvis.power.accounting import in_scope
+from openjarvis.power.claims import claim_sources
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.types import GpuSelection, IdleBaseline, Scope, SourceEnergy, WindowEnergy
 from openjarvis.runtime.engines import (
@@ -67,6 +69,9 @@ class MeasureSpec:
     api_key_env: str | None = None  # cloud engines only: the variable's name, never the key
     # The GPUs whose energy counts: the engine's devices, or every visible GPU.
     gpus: Literal["engine", "all"] = "engine"
+    # Measure even while another measurement holds a source in scope (the run is then marked
+    # shared-machine: both claim the same joules).
+    allow_shared: bool = False
 
     def engine_spec(self) -> EngineSpec:
         # Every request starts from a cold cache so that each sample pays for its own prefill.
@@ -160,7 +165,10 @@ def run_measure(
         engine = open_engine(spec.engine_spec(), model)
         try:
             sandbox = Sandbox.detect()
-            with Meter.discover(scope=spec.scope, gpus=_metered_gpus(spec, engine)) as meter:
+            with (
+                Meter.discover(scope=spec.scope, gpus=_metered_gpus(spec, engine)) as meter,
+                _claimed(meter, spec, engine) as shared_with,
+            ):
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
                 gpus = tuple(_gpu_description(s) for s in meter.sources if s.domain == "gpu")
                 kind = read_model_kind(model.path) if model else None  # cloud: not known
@@ -184,6 +192,8 @@ def run_measure(
                     host=describe_host(gpus=gpus),
                     energy_coverage=meter.coverage.to_dict(),
                 )
+                if shared_with:  # measured beside another measurement (--allow-shared)
+                    run.options["shared_machine"] = sorted(shared_with)
                 run_id = store.create_run(run)
                 run.id = run_id
                 result = _execute_reporting_interrupts(
@@ -199,6 +209,7 @@ def resume_measure(
     db_url: str | None = None,
     on_start: StartCallback = lambda total: None,
     on_task: ProgressCallback = lambda task_id, passed, samples: None,
+    allow_shared: bool = False,
 ) -> MeasureResult:
     """Finish an interrupted run with its stored options; no finished task is run again."""
     with open_store(db_url) as store:
@@ -206,6 +217,7 @@ def resume_measure(
         if run.state == "complete":
             raise UserError(f"run {run.id} is already complete; nothing to resume")
         spec = _spec_from_run(run, db_url)
+        spec = replace(spec, allow_shared=spec.allow_shared or allow_shared)
         tasks = _select_tasks(spec)
         model = resolve_engine_model(spec.engine_spec())
         if model is not None and model.sha256 != run.model_sha256:
@@ -216,8 +228,13 @@ def resume_measure(
         engine = open_engine(spec.engine_spec(), model)
         try:
             sandbox = Sandbox.detect()
-            with Meter.discover(scope=spec.scope, gpus=_metered_gpus(spec, engine)) as meter:
+            with (
+                Meter.discover(scope=spec.scope, gpus=_metered_gpus(spec, engine)) as meter,
+                _claimed(meter, spec, engine) as shared_with,
+            ):
                 _check_same_gpus(run, meter.coverage.to_dict())
+                if shared_with:  # this part shared the machine: said in its summary
+                    run.options["shared_machine"] = sorted(shared_with)
                 # The idle baseline of the original run keeps net energy comparable across parts.
                 meter.idle = IdleBaseline(spec.idle_seconds, dict(run.idle_power_w))
                 store.resume_run(run.id or run_id)
@@ -345,7 +362,7 @@ def _execute(
         figures=figures,
         energy_scope=spec.scope,
         energy_method=_energy_method(meter, engine),
-        energy_note=_energy_note(meter, engine, results),
+        energy_note=_shared_note(run, _energy_note(meter, engine, results)),
         sandbox_isolation=sandbox.isolation,
         sandbox_note=sandbox.isolation_note,
         unavailable_sources=[
@@ -612,3 +629,37 @@ def _energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) 
             "so the run's energy figures are null"
         )
     return "; ".join(notes) or None
+
+
+@contextmanager
+def _claimed(meter: Meter, spec: MeasureSpec, engine: Engine) -> Iterator[dict[str, str]]:
+    """Claim the sources in scope for this run (power/claims.py); yields those another
+    measurement holds, which only `allow_shared` accepts."""
+    names = [s.name for s in meter.sources if in_scope(s.domain, meter.scope)]
+    if engine.kind not in LOCAL_ENGINE_KINDS:
+        names = []  # a cloud run's energy is an estimate: this machine's draw is not its figure
+    claim = claim_sources(names, f"ipw measure {spec.suite} on {engine.model_name}")
+    try:
+        if claim.shared and not spec.allow_shared:
+            name, holder = next(iter(claim.taken.items()))
+            raise UserError(
+                f"another measurement holds {name} ({holder}): both would claim its joules; "
+                "wait for it to finish, or pass --allow-shared to measure anyway (the run is "
+                "then marked shared-machine)"
+            )
+        yield claim.taken
+    finally:
+        claim.release()
+
+
+def _shared_note(run: RunRecord, note: str | None) -> str | None:
+    """Say so when another measurement held a source of this run's scope (shared-machine)."""
+    shared = run.options.get("shared_machine")
+    if not shared:
+        return note
+    names = ", ".join(str(name) for name in shared) if isinstance(shared, list) else str(shared)
+    line = (
+        f"shared-machine: another measurement held {names} during this run; both claim those "
+        "joules, so this run's energy figures are too high by the other's share"
+    )
+    return line if note is None else f"{note}; {line}"
