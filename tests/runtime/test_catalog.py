@@ -60,10 +60,14 @@ def test_current_snapshot_and_first_shard_only(hub: Path) -> None:
 
 def test_list_models_reads_quantisation_and_parameters(hub: Path, tmp_path: Path) -> None:
     local = write_gguf(tmp_path / "mine" / "local.gguf", TINY, {"a": (4, 4), "b": (4,)})
+    chat = write_gguf(
+        tmp_path / "mine" / "chat.gguf", {**TINY, "tokenizer.chat_template": "{{ messages }}"}
+    )
     (tmp_path / "mine" / "broken.gguf").write_bytes(b"GGUF\x03\0\0\0")
     entries = {e.name: e for e in list_models([tmp_path / "mine"], include_embedded=False)}
     mine = entries[str(local)]
     assert (mine.origin, mine.quantisation, mine.parameters) == ("local", "Q4_K_M", 20)
+    assert (mine.kind, entries[str(chat)].kind) == ("base", "chat")
     broken = entries[str(tmp_path / "mine" / "broken.gguf")]
     assert broken.parameters is None and broken.problem and "damaged" in broken.problem
     coder = entries["acme/coder-GGUF/coder-Q4_K_M"]
@@ -90,4 +94,5 @@ def test_embedded_default_is_listed_first_and_resolvable_by_name() -> None:
         "Q4_K_M",
     )
     assert first.parameters is not None and first.parameters > 200_000_000
+    assert first.kind == "base"  # Gemma 3 270M pretrained: no chat template
     assert resolve_model(DEFAULT_MODEL_NAME).path == first.path

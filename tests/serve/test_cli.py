@@ -58,6 +58,9 @@ def test_serve_answers_streams_logs_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         _, stderr = server.communicate(timeout=60)
     assert server.returncode == 0, stderr
     assert f"at http://127.0.0.1:{port}/v1" in stderr and "stopped" in stderr
+    # The embedded model is a base model: one line says so, once, at start.
+    (warning,) = [line for line in stderr.splitlines() if "is a base model" in line]
+    assert warning.startswith("note: gemma-3-270m-Q4_K_M is a base model (no chat template)")
     with open_store(str(db)) as store:
         (logged,) = request_logs(store)
     assert logged.stream and logged.completion_tokens > 0
@@ -70,6 +73,7 @@ def test_models_json_lists_the_embedded_model() -> None:
     assert done.returncode == 0, done.stderr
     (embedded,) = [m for m in json.loads(done.stdout)["models"] if m["origin"] == "embedded"]
     assert embedded["quantisation"] == "Q4_K_M" and embedded["parameters"] > 200_000_000
+    assert embedded["kind"] == "base" and "no tokenizer.chat_template" in embedded["kind_evidence"]
 
 
 def test_bad_engine_is_one_line_exit_2() -> None:

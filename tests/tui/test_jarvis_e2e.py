@@ -87,7 +87,9 @@ def jarvis_in_tmux(tmp_path: Path) -> Iterator[None]:
 def test_jarvis_streams_an_answer_from_the_embedded_model_with_its_joules(
     jarvis_in_tmux: None,
 ) -> None:
-    wait_for("the model to load", 180, lambda text: "│ ready" in text)
+    loaded = wait_for("the model to load", 180, lambda text: "│ ready" in text)
+    # The embedded model is a base model: the app says so once, before the first question.
+    assert loaded.count(f"{DEFAULT_MODEL_NAME} is a base model (no chat template)") == 1, loaded
     tmux("send-keys", "-t", SESSION, QUESTION, "Enter")
     streaming = wait_for(
         "the reply to start streaming",

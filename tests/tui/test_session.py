@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 
 from openjarvis.errors import UserError
+from openjarvis.power import Meter
 from openjarvis.store import Store, assistant_messages
 from openjarvis.tui import AssistantApp
+from openjarvis.tui.engines import LoadedModel
 from openjarvis.tui.session import latest_session_id
 from openjarvis.tui.status import render_status
 from openjarvis.tui.widgets import ContextPrompt, HistoryInput, ReplyView
@@ -219,5 +221,38 @@ def test_escape_stops_a_streaming_reply(make_app: Callable[..., AssistantApp]) -
             assert 0 < reply.text.count("slow") < 200
             assert "stopped" in str(reply.query_one(".reply-footer").render())
             assert app.conversation.messages[-1].role == "user"  # a stopped reply is not kept
+
+    run(scenario())
+
+
+def test_jarvis_says_once_that_a_base_model_is_no_chat_model(
+    project: Path, store: Store, meter: Meter
+) -> None:
+    note = "note: base-model is a base model (no chat template): chat replies will be poor"
+    base = ScriptedEngine(["szpital"], name="base-model")
+    chat = ScriptedEngine(["an answer"], name="chat-model")
+    loaded = {
+        None: LoadedModel(base, 4096, None, note),  # type: ignore[arg-type]
+        "chat-model": LoadedModel(chat, 4096, "chat-model"),  # type: ignore[arg-type]
+    }
+    app = AssistantApp(
+        opener=lambda spec: loaded[spec],
+        model_spec=None,
+        meter=meter,
+        store=store,
+        working_dir=project,
+        resume_session=None,
+    )
+
+    async def scenario() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(pilot)
+            assert notices(app).count(note) == 1
+            await ask(pilot, "hello")
+            await settle(pilot)
+            assert notices(app).count(note) == 1  # not again with each reply
+            await ask(pilot, "/model chat-model")
+            await settle(pilot)
+            assert app.status.model == "chat-model" and notices(app).count(note) == 1
 
     run(scenario())

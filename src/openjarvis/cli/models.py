@@ -1,4 +1,5 @@
-"""`jarvis models`: the models OpenJarvis can run here, with size, quantisation and parameters.
+"""`jarvis models`: the models OpenJarvis can run here, with kind, size, quantisation and
+parameters.
 
 Lists the embedded default, GGUFs in the given files or folders, and the Hugging Face cache.
 """
@@ -31,7 +32,8 @@ def models_command(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON, not a table")] = False,
 ) -> None:
-    """List the models: name (what --model takes), origin, size, quantisation, parameters."""
+    """List the models: name (what --model takes), origin, kind (base or chat), size,
+    quantisation, parameters."""
     from openjarvis.runtime.catalog import list_models
 
     entries = list_models(list(paths or []))
@@ -40,12 +42,13 @@ def models_command(
         typer.echo(json.dumps({"models": rows}, indent=2))
         return
     table = Table(title="models (pass the name to --model)")
-    for column in ("name", "origin", "size", "quantisation", "parameters"):
+    for column in ("name", "origin", "kind", "size", "quantisation", "parameters"):
         table.add_column(column, justify="right" if column in ("size", "parameters") else "left")
     for entry in entries:
         table.add_row(
             entry.name,
             entry.origin,
+            entry.kind or "—",
             _size(entry.size_bytes),
             entry.quantisation or "—",
             _parameters(entry.parameters),

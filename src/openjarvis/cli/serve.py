@@ -51,6 +51,7 @@ def serve_command(
         open_engine,
         resolve_engine_model,
     )
+    from openjarvis.runtime.model_kind import base_model_note, read_model_kind
     from openjarvis.serve import running_server
     from openjarvis.store import open_store
 
@@ -83,6 +84,9 @@ def serve_command(
             ) as server:
                 method = server.meter.method if opened.kind in LOCAL_ENGINE_KINDS else "estimate"
                 console.print(f"serving {opened.model_name} at {server.url}")
+                kind = read_model_kind(resolved.path) if resolved is not None else None
+                if note := base_model_note(opened.model_name, kind):
+                    console.print(note, style="yellow", markup=False, soft_wrap=True)
                 coverage = server.meter.coverage.to_dict()
                 console.print(
                     f"energy: {method or 'none'} · {scope_label(scope, coverage)}; Ctrl-C stops"

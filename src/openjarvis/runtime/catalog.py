@@ -1,5 +1,6 @@
 """The model catalog behind `jarvis models`: the embedded default, GGUFs in given folders or
-files, and GGUFs in the Hugging Face cache, each with size, quantisation and parameter count.
+files, and GGUFs in the Hugging Face cache, each with size, quantisation, parameter count and
+kind (base or chat).
 """
 
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from typing import Literal
 from openjarvis.errors import UserError
 from openjarvis.runtime.gguf import read_gguf_header
 from openjarvis.runtime.hf_cache import cached_ggufs
+from openjarvis.runtime.model_kind import classify_model
 from openjarvis.runtime.models import check_gguf, embedded_default
 
 __all__ = ["CatalogEntry", "list_models"]
@@ -25,6 +27,8 @@ class CatalogEntry:
     quantisation: str | None  # from the GGUF's general.file_type
     parameters: int | None  # summed over the GGUF's tensor shapes
     problem: str | None = None  # why the header could not be read; the file is still listed
+    kind: str | None = None  # "base" or "chat" (runtime/model_kind.py); None: unknown
+    kind_evidence: str | None = None  # what in the header decided it
 
 
 def _entry(name: str, origin: Origin, path: Path, size_bytes: int | None = None) -> CatalogEntry:
@@ -34,7 +38,17 @@ def _entry(name: str, origin: Origin, path: Path, size_bytes: int | None = None)
         header = read_gguf_header(path)
     except UserError as error:
         return CatalogEntry(name, origin, path, size, None, None, problem=str(error))
-    return CatalogEntry(name, origin, path, size, header.quantisation, header.parameter_count)
+    kind = classify_model(header)
+    return CatalogEntry(
+        name,
+        origin,
+        path,
+        size,
+        header.quantisation,
+        header.parameter_count,
+        kind=kind.kind,
+        kind_evidence=kind.evidence,
+    )
 
 
 def _local(paths: list[Path]) -> list[CatalogEntry]:

@@ -183,6 +183,8 @@ class ChatApp(App[None]):
         self.model = event.model
         self.status.model = event.model.name
         self.set_activity("ready", False)
+        if event.model.note:
+            await self.notice(event.model.note, warning=True)
         if self._asked_while_loading:
             self._asked_while_loading = False
             await self.send()

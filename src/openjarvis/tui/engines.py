@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from openjarvis.errors import UserError
 from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
 from openjarvis.runtime.llamacpp import LlamaCppEngine
+from openjarvis.runtime.model_kind import base_model_note, read_model_kind
 from openjarvis.runtime.types import Engine
 
 __all__ = ["CLOUD_PROVIDERS", "LoadedModel", "ModelOpener", "engine_spec", "open_model"]
@@ -22,6 +23,7 @@ class LoadedModel:
     engine: Engine
     context_tokens: int | None  # None when the engine does not say (the status bar shows "?")
     spec: str | None  # what reopens it; None is the embedded default
+    note: str | None = None  # shown once when it loads: a base model is no chat model
 
     @property
     def name(self) -> str:
@@ -52,9 +54,11 @@ def engine_spec(spec: str | None) -> EngineSpec:
 def open_model(spec: str | None) -> LoadedModel:
     """Load the model `spec` names (see `engine_spec`). Slow (seconds): call it from a worker."""
     engine_settings = engine_spec(spec)
-    engine = open_engine(engine_settings, resolve_engine_model(engine_settings))
+    model_file = resolve_engine_model(engine_settings)
+    engine = open_engine(engine_settings, model_file)
     # tui/launch.py meters no GPU: an engine on one would draw energy the replies never show.
     assert not engine.devices, f"{engine.kind} runs on GPUs {engine.devices}; meter them"
     # A local engine knows its context; cloud APIs do not report theirs (runtime could add it).
     context_tokens = engine.n_ctx if isinstance(engine, LlamaCppEngine) else None
-    return LoadedModel(engine, context_tokens, spec)
+    kind = read_model_kind(model_file.path) if model_file is not None else None
+    return LoadedModel(engine, context_tokens, spec, base_model_note(engine.model_name, kind))
