@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu_setup.sh chunk N    # carry carryN/, N = 1..4; after 4, joins and checks
 set -euo pipefail
 model_dir=/tmp/model
-model=$model_dir/gemma-3-270m-it-Q4_K_M.gguf
+model=$model_dir/gemma-3-270m-Q4_K_M.gguf
 expected=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 case "${1:-}" in
   wheels)

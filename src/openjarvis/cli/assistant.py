@@ -19,7 +19,7 @@ def assistant_callback(
         str | None,
         typer.Option(
             help="GGUF path, cached model name, openai:MODEL[@URL] or anthropic:MODEL "
-            "(default: the embedded Gemma 3 270M)"
+            "(default: the embedded Gemma 3 270M, a base model)"
         ),
     ] = None,
     db: Annotated[str | None, typer.Option(help="Database URL or path (or OPENJARVIS_DB)")] = None,
