@@ -6,7 +6,7 @@ Figures are computed by evals.metrics from the synthetic tasks, as `ipw measure`
 import hashlib
 import random
 
-from openjarvis.evals.metrics import compute_figures, task_figures
+from openjarvis.evals.metrics import compute_figures, phase_energy, task_figures, window_flags
 from openjarvis.store import (
     EnergyRecord,
     HostRecord,
@@ -34,13 +34,22 @@ def make_host(hostname: str, gpus: tuple[str, ...] = ()) -> HostRecord:
     )
 
 
-def _task(task_id: str, rng: random.Random, accuracy: float, joules: float, method: str):
+def _task(
+    index: int, rng: random.Random, accuracy: float, joules: float, method: str, windows: bool
+) -> TaskResultRecord:
+    """HumanEval/index; with `windows`, the fields of a meter that keeps window edges: a tail
+    of a tenth of the net energy (half for every 7th task from the 4th: a large tail), prefill a
+    fifth of the energy, every 5th task overlapped, every 10th short (low resolution)."""
     passed = int(rng.random() < accuracy)
     energy_j = joules * rng.uniform(0.5, 1.5)
     latency_s = energy_j / 80.0
     tokens = rng.randint(50, 300)
+    net_j = energy_j * 0.6
+    reading = EnergyRecord(
+        "gpu:0", "gpu", method, energy_j, net_j, 30.0, None, windows and index % 10 == 0
+    )
     return TaskResultRecord(
-        task_id=task_id,
+        task_id=f"HumanEval/{index}",
         samples=1,
         passed=passed,
         latency_s=latency_s,
@@ -49,11 +58,15 @@ def _task(task_id: str, rng: random.Random, accuracy: float, joules: float, meth
         prompt_tokens=120,
         completion_tokens=tokens,
         energy_j=energy_j,
-        net_energy_j=energy_j * 0.6,
+        net_energy_j=net_j,
         energy_null_reason=None,
         completions=("def f():\n    return 1\n",),
         statuses=("passed",) if passed else ("failed: AssertionError",),
-        energy=(EnergyRecord("gpu:0", "gpu", method, energy_j, energy_j * 0.6, 30.0, None, False),),
+        energy=(reading,),
+        tail_energy_j=net_j * (0.5 if index % 7 == 3 else 0.1) if windows else None,
+        prefill_energy_j=energy_j * 0.2 if windows else None,
+        decode_energy_j=energy_j * 0.8 if windows else None,
+        overlapped=windows and index % 5 == 4,
     )
 
 
@@ -75,9 +88,17 @@ def add_run(
     coverage: dict[str, object] | None = None,  # energy_coverage; None: none recorded
     options: dict[str, object] | None = None,  # added to the run's options
     model_kind: tuple[str | None, str] | None = None,  # (kind, evidence); None: not read
+    windows: bool = False,  # the meter's window fields, idle after and accounting in summary
 ) -> str:
-    """A finished run with `tasks` synthetic tasks (HumanEval/0..n-1); returns its id."""
+    """A finished run with `tasks` synthetic tasks (HumanEval/0..n-1); returns its id.
+
+    Without `windows` it is a run from before the meter kept tails, first-token splits, window
+    flags, conservation and idle after the tasks; with it, each has a known value (see _task;
+    idle drifts +1.5 W on gpu:0, and conservation is 0.996).
+    """
     rng = random.Random(seed)
+    if windows and coverage is None:
+        coverage = {"in_scope": ["gpu:0"], "out_of_scope": [], "missing": {}}
     run_id = store.create_run(
         RunRecord(
             model_name=model,
@@ -100,9 +121,9 @@ def add_run(
             model_kind_evidence=model_kind[1] if model_kind else None,
         )
     )
-    records = [
-        _task(f"HumanEval/{i}", rng, accuracy, joules_per_task, method) for i in range(tasks)
-    ]
+    records = [_task(i, rng, accuracy, joules_per_task, method, windows) for i in range(tasks)]
+    if windows:  # a CPU package out of the scope drifts too: the report must leave it out
+        store.set_idle_power(run_id, {"gpu:0": 30.0, "rapl:package-0": 12.0})
     for record in records:
         store.save_task_result(run_id, record)
     store.add_power_samples(
@@ -114,5 +135,18 @@ def add_run(
     )
     if state != "running":
         summary = compute_figures([task_figures(r) for r in records]).to_dict()
+        if windows and state == "complete":
+            store.set_idle_power(run_id, {"gpu:0": 31.5, "rapl:package-0": 20.0}, after=True)
+            net_j = sum(r.net_energy_j for r in records if r.net_energy_j is not None)
+            summary |= {
+                "idle_error_w": 0.4,
+                "windows": window_flags(records),
+                "conservation": {
+                    "windows_net_j": net_j,
+                    "bracket_net_j": net_j / 0.996,
+                    "ratio": 0.996,
+                },
+                "phase_energy": phase_energy(records),
+            }
         store.finish_run(run_id, state, summary if state == "complete" else None)
     return run_id

@@ -6,6 +6,7 @@ The plots are checked for presence here; tests/report/test_report_browser.py ren
 import csv
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from openjarvis.cli.ipw import app
 from openjarvis.errors import UserError
+from openjarvis.report.accounting import WindowFlags, accounting
 from openjarvis.report.runs import frontiers, pareto_frontier
 from openjarvis.store import RunRecord, open_store
 from tests.synthetic import add_run, make_host
@@ -205,3 +207,115 @@ def test_plots_drawn_in_this_process_equal_those_of_the_forked_workers(
     monkeypatch.setattr("openjarvis.report.write.ProcessPoolExecutor", None)  # no pool now
     here = figures(tmp_path / "here")
     assert len(forked) == 4 and forked == here
+
+
+ACCOUNTING_COLUMNS = (
+    "prefill_j_per_prompt_token",
+    "decode_j_per_output_token",
+    "tail_share_of_net_energy",
+    "windows_low_resolution",
+    "windows_overlapped",
+    "windows_large_tail",
+    "conservation_ratio",
+    "idle_drift_w",
+)
+
+
+def _markdown_rows(markdown: str, section: str) -> dict[str, list[str]]:
+    """The rows of a Markdown section's table, as cells, by their first cell (the run id)."""
+    table = markdown.split(f"## {section}\n", 1)[1].strip("\n").split("\n\n", 1)[0]
+    rows = [line.strip("|").split(" | ") for line in table.splitlines()[2:]]
+    return {cells[0].strip(): [cell.strip() for cell in cells] for cells in rows}
+
+
+def test_report_shows_the_meters_accounting_and_dashes_for_runs_from_before_it(
+    db: str, tmp_path: Path
+) -> None:
+    """A run measured with window edges shows its prefill/decode split, tail share, flags,
+    conservation and idle drift in every file; a run from before shows '—' and null, never 0."""
+    with open_store(db) as store:
+        new = add_run(store, H200, "new", scope="accelerator", windows=True, seed=3)
+        old = add_run(store, H200, "old", seed=4)
+        tasks = store.task_results(new)
+
+    def total(values: list[float | None]) -> float:
+        assert None not in values
+        return sum(value for value in values if value is not None)
+
+    prefill = total([t.prefill_energy_j for t in tasks]) / sum(t.prompt_tokens for t in tasks)
+    decode = total([t.decode_energy_j for t in tasks]) / sum(t.completion_tokens for t in tasks)
+    tail_share = total([t.tail_energy_j for t in tasks]) / total([t.net_energy_j for t in tasks])
+    out = tmp_path / "report"
+    code, _, error = ipw("report", "--db", db, "--out", str(out))
+    assert code == 0, error
+
+    markdown = (out / "report.md").read_text()
+    rows = _markdown_rows(markdown, "Energy accounting")
+    # tests/synthetic.py: tasks 0 and 10 short, 4, 9, 14 and 19 overlapped, 3, 10 and 17 with
+    # half their net energy in the tail; idle +1.5 W on gpu:0 (the CPU package out of scope
+    # drifted +8 W and is left out); conservation 0.996.
+    assert rows[new[:8]][2:] == [
+        f"{prefill:.3g}",
+        f"{decode:.3g}",
+        f"{100 * tail_share:.3g} %",
+        "2 short · 4 overlapped · 3 large tail",
+        "0.996",
+        "+1.5",
+    ]
+    assert rows[old[:8]][2:] == ["—"] * 6
+    assert "docs/energy.md" in markdown
+
+    with (out / "runs.csv").open() as handle:
+        csv_rows = {row["run_id"]: row for row in csv.DictReader(handle)}
+    new_row, old_row = csv_rows[new], csv_rows[old]
+    assert float(new_row["prefill_j_per_prompt_token"]) == pytest.approx(prefill)
+    assert float(new_row["decode_j_per_output_token"]) == pytest.approx(decode)
+    assert float(new_row["tail_share_of_net_energy"]) == pytest.approx(tail_share)
+    assert [new_row[f"windows_{flag}"] for flag in ("low_resolution", "overlapped")] == ["2", "4"]
+    assert new_row["windows_large_tail"] == "3"
+    assert float(new_row["conservation_ratio"]) == pytest.approx(0.996)
+    assert float(new_row["idle_drift_w"]) == pytest.approx(1.5)
+    assert all(old_row[key] == "" for key in ACCOUNTING_COLUMNS)
+
+    document = json.loads((out / "report.json").read_text())
+    by_id = {run["id"]: run["energy_accounting"] for run in document["runs"]}
+    assert by_id[new]["windows_overlapped"] == 4 and by_id[new]["idle_drift_w"] == 1.5
+    assert by_id[new]["tail_share_of_net_energy"] == pytest.approx(tail_share)
+    assert set(by_id[old]) == set(ACCOUNTING_COLUMNS)
+    assert all(value is None for value in by_id[old].values())
+
+    html = (out / "report.html").read_text()
+    assert '<h3 id="energy-accounting">Energy accounting</h3>' in html
+    assert "<td>2 short · 4 overlapped · 3 large tail</td>" in html
+    assert "docs/energy.md explains how each is measured" in html
+
+
+def test_accounting_counts_from_the_tasks_and_falls_back_to_the_summary(db: str) -> None:
+    """Given task records, the report counts from them, not from what the summary says; without
+    them it takes the summary's counts and split, and the tail share, which only tasks give, is
+    unknown."""
+    with open_store(db) as store:
+        run_id = add_run(store, H200, "new", scope="accelerator", windows=True)
+        run = store.get_run(run_id)
+        tasks = store.task_results(run_id)
+    assert run.summary is not None
+    from_tasks = accounting(run, tasks)
+    from_summary = accounting(run, [])
+    assert from_tasks.window_flags == from_summary.window_flags == WindowFlags(20, 2, 4, 3)
+    assert from_summary.prefill_j_per_prompt_token == from_tasks.prefill_j_per_prompt_token
+    assert from_tasks.tail_share_of_net_energy is not None
+    assert from_summary.tail_share_of_net_energy is None
+
+    wrong = {"tasks": 20, "low_resolution": 0, "overlapped": 0, "large_tail": 0}
+    run.summary = {**run.summary, "windows": wrong}
+    assert accounting(run, tasks).window_flags == WindowFlags(20, 2, 4, 3)
+    # An older run's tasks read as never overlapping: not known, so no counts at all.
+    old_summary = {key: value for key, value in run.summary.items() if key != "windows"}
+    old_tasks = [
+        replace(
+            t, tail_energy_j=None, prefill_energy_j=None, decode_energy_j=None, overlapped=False
+        )
+        for t in tasks
+    ]
+    run.summary = old_summary
+    assert accounting(run, old_tasks).window_flags is None

@@ -51,7 +51,8 @@ def report_command(
                     "loosen --model/--host/--suite/--since"
                 )
             traces = _traces(store, runs, trace or [])
-            data = ReportData(runs, traces, store.url, datetime.now(UTC))
+            tasks = {run.id: store.task_results(run.id) for run in runs if run.id is not None}
+            data = ReportData(runs, traces, store.url, datetime.now(UTC), tasks)
         try:
             files = write_report(data, out, workers)
         except OSError as error:

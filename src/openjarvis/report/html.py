@@ -7,6 +7,12 @@ import json
 from collections.abc import Sequence
 from html import escape
 
+from openjarvis.report.accounting import (
+    ACCOUNTING_HEADINGS,
+    ACCOUNTING_NOTE,
+    Accounting,
+    accounting_cells,
+)
 from openjarvis.report.plot import Plot
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
@@ -33,6 +39,7 @@ table { border-collapse: collapse; font-size: 12px; margin: 0.5rem 0 2rem; }
 th, td { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 td.text { text-align: left; } .estimate { color: #9a5b00; }
+p.explain { color: #444; font-size: 13px; max-width: 60rem; }
 """
 
 RUN_TABLE_COLUMNS = ("accuracy", "mean_energy_j", "accuracy_per_joule", "joules_per_output_token")
@@ -64,6 +71,23 @@ def _run_table(runs: Sequence[RunRecord]) -> str:
     return "\n".join(lines)
 
 
+def _accounting_table(runs: Sequence[RunRecord], accounts: Sequence[Accounting]) -> str:
+    """The meter's accounting per run, apart from the runs table, which is already wide."""
+    headings = ["run", "model", *ACCOUNTING_HEADINGS]
+    lines = ["<table><thead><tr>", *(f"<th>{escape(h)}</th>" for h in headings), "</tr></thead>"]
+    lines.append("<tbody>")
+    for run, figures in zip(runs, accounts, strict=True):
+        row = "".join(
+            f'<td class="text">{escape(cell)}</td>' for cell in ((run.id or "")[:8], run.model_name)
+        )
+        for cell in accounting_cells(run, figures):
+            css = ' class="estimate"' if cell.endswith(" est.") else ""
+            row += f"<td{css}>{escape(cell)}</td>"
+        lines.append(f"<tr>{row}</tr>")
+    lines.append("</tbody></table>")
+    return "\n".join(lines)
+
+
 def _cloud_constants(runs: Sequence[RunRecord]) -> str:
     rows = "".join(
         f'<tr><td class="text">{escape((run.id or "")[:8])}</td>'
@@ -83,10 +107,14 @@ def render_html(
     meta: str,
     plots: Sequence[Plot],
     runs: Sequence[RunRecord],
+    accounts: Sequence[Accounting],
     cloud_runs: Sequence[RunRecord],
     notes: Sequence[str],
 ) -> str:
-    """The whole page; every plot is a <figure class="plot" data-plot=NAME> holding one <svg>."""
+    """The whole page; every plot is a <figure class="plot" data-plot=NAME> holding one <svg>.
+
+    `accounts` are the runs' energy accounting, in the order of `runs`.
+    """
     sections = []
     for plot in plots:
         extra = _cloud_constants(cloud_runs) if plot.name == "local-vs-cloud" else ""
@@ -112,6 +140,9 @@ def render_html(
 {"".join(sections)}
 <section id="runs"><h2>Runs</h2>
 {_run_table(runs)}
+<h3 id="energy-accounting">Energy accounting</h3>
+{_accounting_table(runs, accounts)}
+<p class="explain">{escape(ACCOUNTING_NOTE)}</p>
 </section>
 </body>
 </html>

@@ -12,10 +12,18 @@ import multiprocessing
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from openjarvis.report.accounting import (
+    ACCOUNTING_HEADINGS,
+    ACCOUNTING_NOTE,
+    Accounting,
+    accounting,
+    accounting_cells,
+    accounting_row,
+)
 from openjarvis.report.html import render_html
 from openjarvis.report.plot import Plot
 from openjarvis.report.runs import (
@@ -35,7 +43,7 @@ from openjarvis.report.runs import (
     run_row,
     run_to_dict,
 )
-from openjarvis.store import PowerSeries, RunRecord
+from openjarvis.store import PowerSeries, RunRecord, TaskResultRecord
 
 __all__ = ["PlotWorkers", "ReportData", "ReportFiles", "write_report"]
 
@@ -50,6 +58,9 @@ class ReportData:
     traces: Sequence[tuple[RunRecord, Mapping[str, PowerSeries]]]  # runs whose power is drawn
     database: str
     generated_at: datetime
+    # Each run's saved tasks by run id, for its energy accounting; a run without any here is
+    # accounted from the summary `ipw measure` stored (no tail share then).
+    tasks: Mapping[str, Sequence[TaskResultRecord]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +175,16 @@ class PlotWorkers:
         return list(self.pool.map(_draw, tasks))
 
 
-def _markdown(data: ReportData, plots: Sequence[Plot]) -> str:
+def _accounts(data: ReportData) -> list[Accounting]:
+    """Each run's energy accounting, in the order of data.runs."""
+    return [accounting(run, data.tasks.get(run.id or "", ())) for run in data.runs]
+
+
+def _markdown_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def _markdown(data: ReportData, plots: Sequence[Plot], accounts: Sequence[Accounting]) -> str:
     lines = [f"# {TITLE}", "", _meta(data), ""]
     lines += [f"- {note}" for note in _notes(data)]
     lines += ["", "## Pareto frontiers (accuracy versus J per task)", ""]
@@ -191,11 +211,18 @@ def _markdown(data: ReportData, plots: Sequence[Plot]) -> str:
         for name in FIGURE_COLUMNS:
             text = format_interval(*figure(run, name))
             cells.append(text if name == "accuracy" else mark_estimate(text, run))
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        lines.append(_markdown_row(cells))
+    headings = ["run", "model", *ACCOUNTING_HEADINGS]
+    lines += ["", "## Energy accounting", "", _markdown_row(headings)]
+    lines.append("|" + " --- |" * len(headings))
+    for run, figures in zip(data.runs, accounts, strict=True):
+        cells = [(run.id or "")[:8], model_label(run), *accounting_cells(run, figures)]
+        lines.append(_markdown_row(cells))
+    lines += ["", ACCOUNTING_NOTE]
     return "\n".join(lines) + "\n"
 
 
-def _json(data: ReportData) -> str:
+def _json(data: ReportData, accounts: Sequence[Accounting]) -> str:
     document = {
         "title": TITLE,
         "generated_at": data.generated_at.isoformat(),
@@ -205,7 +232,10 @@ def _json(data: ReportData) -> str:
             group: [run.id for run in members]
             for group, members in frontiers(_plotted(data)).items()
         },
-        "runs": [run_to_dict(run) for run in data.runs],
+        "runs": [
+            {**run_to_dict(run), "energy_accounting": accounting_row(figures)}
+            for run, figures in zip(data.runs, accounts, strict=True)
+        ],
     }
     return json.dumps(document, indent=2) + "\n"
 
@@ -216,6 +246,7 @@ def write_report(data: ReportData, out_dir: Path, workers: PlotWorkers) -> Repor
         raise ValueError("a report needs at least one run with figures")
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = workers.draw(plot_tasks(data))
+    accounts = _accounts(data)
     cloud_runs = [run for run in data.runs if is_cloud(run)]
     files = ReportFiles(
         out_dir / "report.html",
@@ -224,14 +255,17 @@ def write_report(data: ReportData, out_dir: Path, workers: PlotWorkers) -> Repor
         out_dir / "report.json",
     )
     files.html.write_text(
-        render_html(TITLE, _meta(data), plots, data.runs, cloud_runs, _notes(data)),
+        render_html(TITLE, _meta(data), plots, data.runs, accounts, cloud_runs, _notes(data)),
         encoding="utf-8",
     )
-    files.markdown.write_text(_markdown(data, plots), encoding="utf-8")
-    rows = [run_row(run) for run in data.runs]
+    files.markdown.write_text(_markdown(data, plots, accounts), encoding="utf-8")
+    rows = [
+        {**run_row(run), **accounting_row(figures)}
+        for run, figures in zip(data.runs, accounts, strict=True)
+    ]
     with files.csv.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    files.json.write_text(_json(data), encoding="utf-8")
+    files.json.write_text(_json(data, accounts), encoding="utf-8")
     return files
