@@ -327,13 +327,23 @@ def window_flags(records: Sequence[TaskResultRecord]) -> dict[str, int]:
 
 def phase_energy(records: Sequence[TaskResultRecord]) -> dict[str, float | None]:
     """Prefill energy per prompt token and decode energy per output token over the run's
-    tasks (energy split at each sample's first token); None when any part is unknown."""
+    tasks (energy split at each sample's first token), and the tails' share of net energy;
+    None when any part is unknown."""
     prefill = [r.prefill_energy_j for r in records]
     decode = [r.decode_energy_j for r in records]
     prompt_tokens = sum(r.prompt_tokens for r in records)
     output_tokens = sum(r.completion_tokens for r in records)
     known = bool(records) and None not in prefill and None not in decode
+    tails = [r.tail_energy_j for r in records]
+    nets = [r.net_energy_j for r in records]
+    net_j = sum(n for n in nets if n is not None)
+    tail_share = (
+        sum(t for t in tails if t is not None) / net_j
+        if records and None not in tails and None not in nets and net_j > 0
+        else None
+    )
     return {
+        "tail_share_of_net_energy": tail_share,
         "prefill_j_per_prompt_token": (
             sum(p for p in prefill if p is not None) / prompt_tokens
             if known and prompt_tokens

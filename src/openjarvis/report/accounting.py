@@ -81,7 +81,9 @@ def accounting(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> Accounting:
     return Accounting(
         prefill_j_per_prompt_token=_number(phase.get("prefill_j_per_prompt_token")),
         decode_j_per_output_token=_number(phase.get("decode_j_per_output_token")),
-        tail_share_of_net_energy=_tail_share(tasks),
+        tail_share_of_net_energy=(
+            _tail_share(tasks) if tasks else _number(phase.get("tail_share_of_net_energy"))
+        ),
         window_flags=_window_flags(summary.get("windows"), tasks),
         conservation_ratio=(
             _number(conservation.get("ratio")) if isinstance(conservation, dict) else None
