@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("gguf")
 llama_cpp = pytest.importorskip("llama_cpp")
 
+from openjarvis.errors import UserError  # noqa: E402
 from openjarvis.runtime.models import resolve_model  # noqa: E402
 from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings  # noqa: E402
 from openjarvis.runtime.types import GenerationRequest  # noqa: E402
@@ -82,6 +83,26 @@ def test_generate_times_tokens_and_honours_stop_sequences(engine: TorchEngine) -
     assert stopped.finish_reason == "stop"
     assert stopped.text == free.text[: free.text.index(words[1])]
     assert stopped.completion_tokens < free.completion_tokens
+
+
+def test_no_max_tokens_runs_to_the_end_of_the_context(engine: TorchEngine) -> None:
+    # max_tokens None once reached `len(prompt) + None` (a TypeError), as mypy found.
+    assert engine.tokenizer is not None
+    context = engine.config.max_seq_len
+
+    def prompt_of(tokens: int) -> str:  # a prompt of about that many tokens
+        words = 1
+        while len(engine.tokenizer.encode("one " * (words + 1))) <= tokens:
+            words += 1
+        return "one " * words
+
+    prompt = prompt_of(context - 4)  # a few tokens left: a short test on the CPU
+    completion = engine.generate(GenerationRequest(prompt, max_tokens=None))
+    used = completion.prompt_tokens + completion.completion_tokens
+    assert completion.completion_tokens > 0 and used <= context
+    assert completion.finish_reason == "stop" or used == context
+    with pytest.raises(UserError, match="fills the context"):
+        engine.generate(GenerationRequest("one " * context, max_tokens=None))
 
 
 def test_sampling_is_reproducible_from_its_seed_and_differs_from_greedy(

@@ -30,7 +30,7 @@ _TILE = 8192  # weight elements a program loads per step: 64 per thread with 4 w
 
 
 @triton.jit
-def _gemv_all_reduce(
+def _gemv_all_reduce(  # type: ignore[no-untyped-def]  # a Triton kernel: triton types its arguments at launch
     x,  # [K] this rank's slice of the input
     weight,  # [N, K], rows `stride_n` apart: this rank's columns of the layer's weight
     out,  # [N] the reduced result

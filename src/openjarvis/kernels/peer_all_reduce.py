@@ -69,7 +69,7 @@ WAIT_END:
 
 
 @triton.jit
-def _barrier(pads, program, epoch, RANK: tl.constexpr, WORLD: tl.constexpr):
+def _barrier(pads, program, epoch, RANK: tl.constexpr, WORLD: tl.constexpr):  # type: ignore[no-untyped-def]  # a Triton kernel: triton types its arguments at launch
     """Program `program` of every rank meets here, at call `epoch` of that program."""
     tl.debug_barrier()
     own = tl.load(pads + RANK)
@@ -85,7 +85,7 @@ def _barrier(pads, program, epoch, RANK: tl.constexpr, WORLD: tl.constexpr):
 
 
 @triton.jit
-def _one_shot_all_reduce(
+def _one_shot_all_reduce(  # type: ignore[no-untyped-def]  # a Triton kernel: triton types its arguments at launch
     data,  # [numel], in place: our input, then the sum
     # Each rank's symmetric buffer [2, capacity], as pointer arguments rather than addresses
     # read from memory: Triton then knows their alignment and issues 16-byte loads.

@@ -8,9 +8,10 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Literal
 
@@ -21,8 +22,14 @@ import torch.multiprocessing as multiprocessing
 from openjarvis.errors import UserError
 from openjarvis.runtime.gguf import read_gguf_header
 from openjarvis.runtime.torch.loading import build_model, load_checkpoint
-from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for
-from openjarvis.runtime.torch.parallel import all_gather_last_dim, check_divisible, tensor_parallel
+from openjarvis.runtime.torch.model import Transformer, config_for
+from openjarvis.runtime.torch.parallel import (
+    Cut,
+    SplitSizes,
+    all_gather_last_dim,
+    check_divisible,
+    tensor_parallel,
+)
 from openjarvis.runtime.torch.tokenizer import GgufTokenizer
 from openjarvis.runtime.types import (
     ChatRequest,
@@ -129,7 +136,7 @@ class TorchEngine:
         if settings.tp > 1:
             check_divisible(_peek_config(self._source), settings.tp)  # before starting anyone
         self._lock = threading.Lock()
-        self._workers: list[multiprocessing.Process] = []
+        self._workers: list[BaseProcess] = []
         self.tokenizer: GgufTokenizer | None = None
         if self._source.endswith(".gguf"):
             self.tokenizer = GgufTokenizer(Path(self._source))
@@ -223,7 +230,7 @@ class TorchEngine:
     def generate(self, request: Request) -> Completion:
         return final_completion(self.stream(request))
 
-    def stream(self, request: Request) -> Iterator[StreamChunk]:
+    def stream(self, request: Request) -> Generator[StreamChunk]:
         if request.json_schema is not None:
             raise UserError("the torch engine has no JSON-schema grammar: use the llama.cpp engine")
         tokenizer = self.tokenizer
@@ -242,8 +249,17 @@ class TorchEngine:
             times: list[float] = []
             finish_reason = "length"
             longest_stop = max((len(stop) for stop in request.stop), default=0)
+            # None runs to the end of the context, as in the llama.cpp engine.
+            max_tokens = request.max_tokens
+            if max_tokens is None:
+                max_tokens = self.config.max_seq_len - len(prompt)
+                if max_tokens < 1:
+                    raise UserError(
+                        f"prompt ({len(prompt)} tokens) fills the context of "
+                        f"{self.config.max_seq_len} tokens; raise max_seq_len or shorten the prompt"
+                    )
             for token, time_s in self.generate_tokens(
-                prompt, request.max_tokens, tokenizer.end_tokens, request.temperature, request.seed
+                prompt, max_tokens, tokenizer.end_tokens, request.temperature, request.seed
             ):
                 if token in tokenizer.end_tokens:
                     finish_reason = "stop"
@@ -329,7 +345,8 @@ class _Rank:
         settings = spec.settings
         self.rank = rank
         self.world_size = settings.tp
-        self.device = torch.device(settings.device, rank if settings.device == "cuda" else None)
+        cuda = settings.device == "cuda"
+        self.device = torch.device(settings.device, rank) if cuda else torch.device(settings.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         dtype = getattr(torch, settings.dtype)
@@ -351,13 +368,15 @@ class _Rank:
             self.commands = dist.new_group(backend="gloo") if backend == "nccl" else None
             from openjarvis.kernels import AllReduce
 
-            self.all_reduce = AllReduce(dist.group.WORLD, self.device, dtype, settings.all_reduce)
+            world = dist.group.WORLD
+            assert world is not None, "set by init_process_group"
+            self.all_reduce = AllReduce(world, self.device, dtype, settings.all_reduce)
             self.all_reduce_table = self.all_reduce.table_summary()
             if self.all_reduce.peer is not None and settings.fused_gemv != "off":
                 from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
 
                 decode_gemvs = DecodeGemvs(
-                    dist.group.WORLD, self.device, dtype, self.all_reduce.reduce,
+                    world, self.device, dtype, self.all_reduce.reduce,
                     settings.fused_gemv,
                 )  # fmt: skip
             shard = tensor_parallel(
@@ -477,23 +496,28 @@ class _Rank:
             dist.destroy_process_group()
 
 
-def _load(spec: _Spec, device: torch.device, dtype: torch.dtype, shard: object) -> Transformer:
+def _load(
+    spec: _Spec,
+    device: torch.device,
+    dtype: torch.dtype,
+    shard: Callable[[Transformer], Cut] | None,
+) -> Transformer:
     settings = spec.settings
     path = Path(spec.source)
     if path.exists():
         config, state = load_checkpoint(path, settings.max_seq_len)
         if settings.tp > 1:
             check_divisible(config, settings.tp)
-        return build_model(config, device=device, dtype=dtype, state_dict=state, shard=shard)  # type: ignore[arg-type]
+        return build_model(config, device=device, dtype=dtype, state_dict=state, shard=shard)
     if spec.source.endswith(".gguf") or os.sep in spec.source:
         raise UserError(f"model not found: {spec.source}; pass a .gguf file or a preset name")
-    config: ModelConfig = replace(config_for(spec.source), max_seq_len=settings.max_seq_len)
+    config = replace(config_for(spec.source), max_seq_len=settings.max_seq_len)
     if settings.tp > 1:
         check_divisible(config, settings.tp)
-    return build_model(config, device=device, dtype=dtype, shard=shard, seed=settings.seed)  # type: ignore[arg-type]
+    return build_model(config, device=device, dtype=dtype, shard=shard, seed=settings.seed)
 
 
-def _peek_config(source: str) -> object:
+def _peek_config(source: str) -> SplitSizes:
     """The sizes tensor parallelism splits, read cheaply (no weights) from any source."""
     path = Path(source)
     if path.is_dir():
@@ -502,12 +526,15 @@ def _peek_config(source: str) -> object:
         return config_from_hf(json.loads((path / "config.json").read_text()))
     if path.is_file():
         header = read_gguf_header(path)
-        heads = int(header.arch_value("attention.head_count"))  # type: ignore[arg-type]
-        return _Sizes(
-            n_heads=heads,
-            n_kv_heads=int(header.arch_value("attention.head_count_kv") or heads),  # type: ignore[arg-type]
-            intermediate_size=int(header.arch_value("feed_forward_length")),  # type: ignore[arg-type]
-        )
+        heads = header.arch_value("attention.head_count")
+        kv_heads = header.arch_value("attention.head_count_kv") or heads
+        width = header.arch_value("feed_forward_length")
+        if not (isinstance(heads, int) and isinstance(kv_heads, int) and isinstance(width, int)):
+            raise UserError(
+                f"{path} has no single attention.head_count or feed_forward_length: "
+                "not a text decoder the torch engine reads"
+            )
+        return _Sizes(n_heads=heads, n_kv_heads=kv_heads, intermediate_size=width)
     return config_for(source)
 
 

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -14,6 +15,9 @@ from torch import Tensor
 
 from openjarvis.errors import UserError
 from openjarvis.runtime.torch.model import ModelConfig, Transformer
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 __all__ = [
     "build_model",
@@ -83,11 +87,12 @@ def load_checkpoint(path: Path, max_seq_len: int | None = None) -> tuple[ModelCo
 # ---- Hugging Face -------------------------------------------------------------------------
 
 
-def config_from_hf(raw: dict[str, object], max_seq_len: int | None = None) -> ModelConfig:
-    """Our config from a Hugging Face config.json (transformers 4 or 5 spelling)."""
+def config_from_hf(raw: dict[str, Any], max_seq_len: int | None = None) -> ModelConfig:
+    """Our config from a Hugging Face config.json (transformers 4 or 5 spelling; parsed JSON,
+    so its values are Any)."""
     model_type = str(raw.get("model_type", ""))
     if "text_config" in raw:  # multimodal Gemma 3: the language model's config is nested
-        raw = {**raw["text_config"], "model_type": "gemma3_text"}  # type: ignore[dict-item]
+        raw = {**raw["text_config"], "model_type": "gemma3_text"}
         model_type = "gemma3_text"
     if model_type not in _SUPPORTED_HF:
         raise UserError(
@@ -95,26 +100,32 @@ def config_from_hf(raw: dict[str, object], max_seq_len: int | None = None) -> Mo
             f"(supported: {', '.join(_SUPPORTED_HF)}); use the llama.cpp engine with a GGUF"
         )
     get = raw.get
+
+    def need(key: str) -> Any:
+        if get(key) is None:
+            raise UserError(f"config.json has no {key}: not a text decoder the torch engine reads")
+        return raw[key]
+
     gemma = model_type.startswith("gemma3")
-    heads = int(get("num_attention_heads"))  # type: ignore[arg-type]
-    dim = int(get("hidden_size"))  # type: ignore[arg-type]
-    head_dim = int(get("head_dim") or dim // heads)  # type: ignore[arg-type]
+    heads = int(need("num_attention_heads"))
+    dim = int(need("hidden_size"))
+    head_dim = int(get("head_dim") or dim // heads)
     global_rope, local_rope = _hf_rope(raw)
-    layers = int(get("num_hidden_layers"))  # type: ignore[arg-type]
+    layers = int(need("num_hidden_layers"))
     window = get("sliding_window")
     if model_type.startswith("qwen") and not get("use_sliding_window"):
         window = None
     global_every = _global_every(raw.get("layer_types"), layers) if window else 0
     config = ModelConfig(
         name=str(get("_name_or_path") or model_type),
-        vocab_size=int(get("vocab_size")),  # type: ignore[arg-type]
+        vocab_size=int(need("vocab_size")),
         dim=dim,
         n_layers=layers,
         n_heads=heads,
-        n_kv_heads=int(get("num_key_value_heads") or heads),  # type: ignore[arg-type]
+        n_kv_heads=int(get("num_key_value_heads") or heads),
         head_dim=head_dim,
-        intermediate_size=int(get("intermediate_size")),  # type: ignore[arg-type]
-        norm_eps=float(get("rms_norm_eps") or 1e-6),  # type: ignore[arg-type]
+        intermediate_size=int(need("intermediate_size")),
+        norm_eps=float(get("rms_norm_eps") or 1e-6),
         rope_base=float(global_rope.get("rope_theta", 10_000.0)),
         rope_scaling=global_rope if global_rope.get("rope_type", "default") != "default" else None,
         rope_local_base=float(local_rope["rope_theta"]) if local_rope else None,
@@ -122,23 +133,21 @@ def config_from_hf(raw: dict[str, object], max_seq_len: int | None = None) -> Mo
         qkv_bias=bool(get("attention_bias")) or model_type == "qwen2",
         qk_norm=model_type in ("qwen3", "gemma3_text", "gemma3"),
         tie_embeddings=bool(get("tie_word_embeddings")),
-        max_seq_len=max_seq_len or int(get("max_position_embeddings") or 4096),  # type: ignore[arg-type]
+        max_seq_len=max_seq_len or int(get("max_position_embeddings") or 4096),
         norm_weight_offset=1.0 if gemma else 0.0,
         scale_embeddings=gemma,
         sandwich_norms=gemma,
-        query_scale=float(get("query_pre_attn_scalar")) ** -0.5  # type: ignore[arg-type]
-        if gemma
-        else None,
+        query_scale=float(need("query_pre_attn_scalar")) ** -0.5 if gemma else None,
         attn_logit_softcap=_float_or_none(get("attn_logit_softcapping")),
         final_logit_softcap=_float_or_none(get("final_logit_softcapping")),
-        sliding_window=int(window) if window else None,  # type: ignore[call-overload]
+        sliding_window=int(window) if window else None,
         global_every=global_every,
         extra={"eos_token_id": get("eos_token_id"), "bos_token_id": get("bos_token_id")},
     )
     return config
 
 
-def _hf_rope(raw: dict[str, object]) -> tuple[dict[str, object], dict[str, object] | None]:
+def _hf_rope(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(global, local) RoPE parameters: transformers 5 nests them in rope_parameters, per layer
     type for Gemma 3; transformers 4 wrote rope_theta, rope_scaling and rope_local_base_freq."""
     parameters = raw.get("rope_parameters")
@@ -146,7 +155,7 @@ def _hf_rope(raw: dict[str, object]) -> tuple[dict[str, object], dict[str, objec
         if "full_attention" in parameters:
             return dict(parameters["full_attention"]), parameters.get("sliding_attention")
         return dict(parameters), None
-    rope: dict[str, object] = {"rope_theta": raw.get("rope_theta", 10_000.0)}
+    rope: dict[str, Any] = {"rope_theta": raw.get("rope_theta", 10_000.0)}
     scaling = raw.get("rope_scaling")
     if isinstance(scaling, dict):
         rope.update(scaling)
@@ -172,8 +181,8 @@ def _global_every(layer_types: object, layers: int) -> int:
     return period
 
 
-def _float_or_none(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+def _float_or_none(value: float | str | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _hf_layer_name(rest: str, gemma: bool) -> str | None:
@@ -225,11 +234,11 @@ def _with_output(config: ModelConfig, state: StateDict) -> StateDict:
 # ---- GGUF ---------------------------------------------------------------------------------
 
 
-def config_from_gguf(reader: object, max_seq_len: int | None = None) -> ModelConfig:
-    """Our config from a GGUF's metadata (llama.cpp's keys); `reader` is a gguf.GGUFReader."""
-    fields = reader.fields  # type: ignore[attr-defined]
+def config_from_gguf(reader: "GGUFReader", max_seq_len: int | None = None) -> ModelConfig:
+    """Our config from a GGUF's metadata (llama.cpp's keys)."""
+    fields = reader.fields
 
-    def value(key: str, default: object = None) -> object:
+    def value(key: str, default: object = None) -> Any:  # gguf's contents() is Any
         field = fields.get(key)
         return default if field is None else field.contents()
 
@@ -239,26 +248,26 @@ def config_from_gguf(reader: object, max_seq_len: int | None = None) -> ModelCon
             f"GGUF architecture {arch!r} is not supported by the torch engine "
             f"(supported: {', '.join(_SUPPORTED_GGUF)}); use the llama.cpp engine"
         )
-    tensor_names = {tensor.name for tensor in reader.tensors}  # type: ignore[attr-defined]
+    tensor_names = {tensor.name for tensor in reader.tensors}
     if "rope_freqs.weight" in tensor_names:
         raise UserError("GGUFs with rope_freqs (Llama 3.1 long context) are not supported yet")
 
     def arch_int(key: str, default: int | None = None) -> int:
-        return int(value(f"{arch}.{key}", default))  # type: ignore[arg-type]
+        return int(value(f"{arch}.{key}", default))
 
     dim = arch_int("embedding_length")
     heads = arch_int("attention.head_count")
     head_dim = arch_int("attention.key_length", dim // heads)
     layers = arch_int("block_count")
     gemma = arch == "gemma3"
-    vocab = len(value("tokenizer.ggml.tokens", []))  # type: ignore[arg-type]
+    vocab = len(value("tokenizer.ggml.tokens", []))
     scaling_type = value(f"{arch}.rope.scaling.type")
-    rope_scaling = None
+    rope_scaling: dict[str, float | str] | None = None
     if scaling_type == "linear":
         rope_scaling = {
             "rope_type": "linear",
             "factor": float(value(f"{arch}.rope.scaling.factor")),
-        }  # type: ignore[arg-type]
+        }
     # llama.cpp fixes what the GGUF leaves out for Gemma 3: the local RoPE base (10k), a
     # global layer every 6, and a query scale of 1/sqrt(dim / heads) for the 27B model only.
     query_scale = None
@@ -274,8 +283,8 @@ def config_from_gguf(reader: object, max_seq_len: int | None = None) -> ModelCon
         n_kv_heads=arch_int("attention.head_count_kv", heads),
         head_dim=head_dim,
         intermediate_size=arch_int("feed_forward_length"),
-        norm_eps=float(value(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),  # type: ignore[arg-type]
-        rope_base=float(value(f"{arch}.rope.freq_base", 10_000.0)),  # type: ignore[arg-type]
+        norm_eps=float(value(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_base=float(value(f"{arch}.rope.freq_base", 10_000.0)),
         rope_scaling=rope_scaling,
         rope_local_base=10_000.0 if gemma else None,
         activation="gelu_tanh" if gemma else "silu",
@@ -287,7 +296,7 @@ def config_from_gguf(reader: object, max_seq_len: int | None = None) -> ModelCon
         scale_embeddings=gemma,
         sandwich_norms=gemma,
         query_scale=query_scale,
-        sliding_window=int(window) if window else None,  # type: ignore[call-overload]
+        sliding_window=int(window) if window else None,
         global_every=6 if gemma else 0,
         extra={
             "eos_token_id": value("tokenizer.ggml.eos_token_id"),

@@ -81,10 +81,26 @@ class ModelConfig:
         return self.n_layers * (attention + mlp) + embeddings
 
 
-def _gemma3(name: str, **sizes: int) -> ModelConfig:
+def _gemma3(
+    name: str,
+    *,
+    vocab_size: int,
+    dim: int,
+    n_layers: int,
+    n_heads: int,
+    n_kv_heads: int,
+    head_dim: int,
+    intermediate_size: int,
+) -> ModelConfig:
     return ModelConfig(
         name=name,
-        **sizes,  # type: ignore[arg-type]
+        vocab_size=vocab_size,
+        dim=dim,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate_size,
         norm_eps=1e-6,
         rope_base=1_000_000.0,
         rope_local_base=10_000.0,
@@ -168,6 +184,14 @@ def config_for(name: str) -> ModelConfig:
 class Transformer(nn.Module):
     """tokens [B, T] at positions input_pos [T] -> logits [B, T, vocab] (or [B, 1, vocab])."""
 
+    # Buffers registered by init_buffers (declared for the type checker).
+    rope_cos: Tensor
+    rope_sin: Tensor
+    rope_local_cos: Tensor
+    rope_local_sin: Tensor
+    key_positions: Tensor
+    embedding_scale: Tensor
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -208,6 +232,7 @@ class Transformer(nn.Module):
         self.max_batch_size = max_batch_size
         device = self.tok_embeddings.weight.device
         for layer in self.layers:
+            assert isinstance(layer, TransformerBlock)
             attention = layer.attention
             attention.kv_cache = KVCache(
                 max_batch_size,
@@ -359,6 +384,9 @@ class RMSNorm(nn.Module):
 class KVCache(nn.Module):
     """Static per-layer cache: one slot per position up to max_seq_len, written in place."""
 
+    k_cache: Tensor  # buffers, [B, kv_heads, max_seq_len, head_dim]
+    v_cache: Tensor
+
     def __init__(
         self,
         max_batch_size: int,
@@ -389,11 +417,12 @@ def _rope_table(
     half = config.head_dim // 2
     inv_freq = 1.0 / (base ** (torch.arange(half, dtype=torch.float64) * 2 / config.head_dim))
     positions = torch.arange(config.max_seq_len, dtype=torch.float64)
-    kind = (scaling or {}).get("rope_type", "default")
+    scaling = scaling or {}
+    kind = scaling.get("rope_type", "default")
     if kind == "linear":
-        positions = positions / float(scaling["factor"])  # type: ignore[index]
+        positions = positions / float(scaling["factor"])
     elif kind == "llama3":
-        inv_freq = _llama3_frequencies(inv_freq, scaling)  # type: ignore[arg-type]
+        inv_freq = _llama3_frequencies(inv_freq, scaling)
     elif kind != "default":
         raise ValueError(f"RoPE scaling {kind!r} is not supported (default, linear, llama3 are)")
     angles = torch.outer(positions, inv_freq)

@@ -4,6 +4,7 @@ all-reduce, or for one token a GEMV fused with it), the output head split by voc
 """
 
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -11,11 +12,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from openjarvis.errors import UserError
-from openjarvis.runtime.torch.model import Transformer
+from openjarvis.runtime.torch.model import Transformer, TransformerBlock
 
 __all__ = [
     "Cut",
     "RowParallelLinear",
+    "SplitSizes",
     "all_gather_last_dim",
     "check_divisible",
     "tensor_parallel",
@@ -40,12 +42,23 @@ _COLUMN = (
 _ROW = ("attention.wo.weight", "feed_forward.w2.weight")
 
 
-def check_divisible(model_config: object, world_size: int) -> None:
+class SplitSizes(Protocol):
+    """The sizes tensor parallelism splits: a ModelConfig's, or those read from a GGUF header."""
+
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_kv_heads(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int: ...
+
+
+def check_divisible(model_config: SplitSizes, world_size: int) -> None:
     """Raise a UserError naming the first size that does not split into world_size parts."""
     sizes = {
-        "attention heads": model_config.n_heads,  # type: ignore[attr-defined]
-        "KV heads": model_config.n_kv_heads,  # type: ignore[attr-defined]
-        "MLP width": model_config.intermediate_size,  # type: ignore[attr-defined]
+        "attention heads": model_config.n_heads,
+        "KV heads": model_config.n_kv_heads,
+        "MLP width": model_config.intermediate_size,
     }
     for what, size in sizes.items():
         if size % world_size:
@@ -97,6 +110,7 @@ def tensor_parallel(
         config = model.config
         check_divisible(config, world_size)
         for layer in model.layers:
+            assert isinstance(layer, TransformerBlock)
             attention, mlp = layer.attention, layer.feed_forward
             attention.n_heads //= world_size
             attention.n_kv_heads //= world_size
