@@ -68,6 +68,15 @@ def test_completions_body_becomes_a_generation_request() -> None:
             {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}},
             "json",
         ),
+        # Both once raised a TypeError or AttributeError: a 500 instead of a 400.
+        ({"messages": [{"role": "user", "content": "x"}], "stop": 5}, "'stop' must be"),
+        (
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "response_format": {"type": "json_schema", "json_schema": "x"},
+            },
+            "with a schema",
+        ),
     ],
 )
 def test_unusable_bodies_are_bad_requests(body: dict[str, object], message: str) -> None:

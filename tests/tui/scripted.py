@@ -6,7 +6,7 @@ context and energy accounting run for real on its numbers.
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 
 from openjarvis.runtime.types import (
@@ -47,7 +47,7 @@ class ScriptedEngine:
     def generate(self, request: Request) -> Completion:
         return final_completion(self.stream(request))
 
-    def stream(self, request: Request) -> Iterator[StreamChunk]:
+    def stream(self, request: Request) -> Generator[StreamChunk]:
         assert isinstance(request, ChatRequest)
         self.requests.append(request)
         if not self.replies:

@@ -4,7 +4,7 @@ LM Studio, `jarvis serve`) and Anthropic's messages API, streamed, with cost and
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -103,7 +103,7 @@ class CloudEngine:
     def generate(self, request: Request) -> Completion:
         return final_completion(self.stream(request))
 
-    def stream(self, request: Request) -> Iterator[StreamChunk]:
+    def stream(self, request: Request) -> Generator[StreamChunk]:
         start_s = time.monotonic()
         path, body = self._body(request)
         outcome = _Outcome()
@@ -185,7 +185,7 @@ def _openai_event(event: ServerEvent, outcome: _Outcome) -> str:
         outcome.prompt_tokens = int(usage.get("prompt_tokens") or 0)
         outcome.completion_tokens = int(usage.get("completion_tokens") or 0)
     piece = ""
-    for choice in event.data.get("choices") or []:  # type: ignore[union-attr]
+    for choice in event.data.get("choices") or []:
         delta = choice.get("delta")
         piece += (delta.get("content") or "") if isinstance(delta, dict) else choice.get("text", "")
         if choice.get("finish_reason"):
@@ -196,15 +196,15 @@ def _openai_event(event: ServerEvent, outcome: _Outcome) -> str:
 def _anthropic_event(event: ServerEvent, outcome: _Outcome) -> str:
     data = event.data
     if event.name == "error" or data.get("type") == "error":
-        message = data.get("error", {}).get("message", data)  # type: ignore[union-attr]
+        message = data.get("error", {}).get("message", data)
         raise UserError(f"Anthropic stopped the stream: {str(message)[:200]}")
     if data.get("type") == "message_start":
-        usage = data["message"].get("usage", {})  # type: ignore[union-attr,index]
+        usage = data["message"].get("usage", {})
         outcome.prompt_tokens = int(usage.get("input_tokens", 0))
         outcome.completion_tokens = int(usage.get("output_tokens", 0))
     elif data.get("type") == "message_delta":
-        outcome.completion_tokens = int(data.get("usage", {}).get("output_tokens", 0))  # type: ignore[union-attr]
-        reason = data.get("delta", {}).get("stop_reason")  # type: ignore[union-attr]
+        outcome.completion_tokens = int(data.get("usage", {}).get("output_tokens", 0))
+        reason = data.get("delta", {}).get("stop_reason")
         outcome.finish_reason = _FINISH.get(str(reason), str(reason))
     elif data.get("type") == "content_block_delta":
         delta = data.get("delta", {})

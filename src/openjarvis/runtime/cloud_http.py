@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -23,7 +24,7 @@ _BACKOFF_CAP_S = 30.0
 @dataclass(frozen=True, slots=True)
 class ServerEvent:
     name: str | None  # the `event:` field; OpenAI-style streams send none
-    data: dict[str, object]
+    data: dict[str, Any]  # parsed JSON
 
 
 class CloudHttp:

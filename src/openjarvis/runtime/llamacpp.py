@@ -8,7 +8,7 @@ import ctypes
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -189,7 +189,7 @@ class LlamaCppEngine:
     def generate(self, request: Request) -> Completion:
         return final_completion(self.stream(request))
 
-    def stream(self, request: Request) -> Iterator[StreamChunk]:
+    def stream(self, request: Request) -> Generator[StreamChunk]:
         """Yield text as it is decided: text that may still become a stop sequence is held.
 
         The engine's lock is held until the stream is drained or closed.

@@ -3,7 +3,7 @@
 Timings follow METRICS.md ("Timing"): TTFT, prefill rate, decode rate, wall time, and MBU.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -145,7 +145,8 @@ class Engine(Protocol):
 
     def generate(self, request: Request) -> Completion: ...
 
-    def stream(self, request: Request) -> Iterator[StreamChunk]: ...
+    # A generator: closing it early (a client that leaves) frees the engine.
+    def stream(self, request: Request) -> Generator[StreamChunk]: ...
 
     def close(self) -> None: ...
 

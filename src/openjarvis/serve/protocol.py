@@ -5,8 +5,9 @@ plus energy back to response bodies and stream chunks (with the extra `energy` f
 import time
 import uuid
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict
 
-from openjarvis.power.types import WindowEnergy
+from openjarvis.power.types import Method, Scope, WindowEnergy
 from openjarvis.runtime.types import (
     ChatMessage,
     ChatRequest,
@@ -14,10 +15,12 @@ from openjarvis.runtime.types import (
     EnergyEstimate,
     GenerationRequest,
     Request,
+    Role,
 )
 
 __all__ = [
     "BadRequest",
+    "EnergyField",
     "ParsedRequest",
     "chunk_body",
     "completion_body",
@@ -25,8 +28,37 @@ __all__ = [
     "parse_request",
 ]
 
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
 _UNSUPPORTED = ("tools", "functions", "logprobs", "top_logprobs", "echo", "suffix")
+
+
+class _RequestOptions(TypedDict):
+    """What chat and completion requests share (the engine request's keyword arguments)."""
+
+    max_tokens: int | None
+    stop: tuple[str, ...]
+    temperature: float
+    seed: int | None
+    json_schema: dict[str, object] | None
+
+
+class EnergyField(TypedDict):
+    """The `energy` extra field of a reply, as sent and as the request log stores it."""
+
+    energy_j: float | None
+    net_energy_j: float | None
+    method: Method | None
+    scope: Scope
+    null_reason: str | None
+    duration_s: float
+    basis: NotRequired[str]  # a cloud estimate's constants
+    low_resolution: NotRequired[bool]  # the meter's windows only
+    sources: list[dict[str, object]]
 
 
 class BadRequest(Exception):
@@ -66,7 +98,7 @@ def _messages(raw: object) -> tuple[ChatMessage, ...]:
         role = _ROLES.get(str(item.get("role"))) if isinstance(item, dict) else None
         if role is None:
             raise BadRequest("each message needs a role of system, developer, user or assistant")
-        messages.append(ChatMessage(role, _text(item.get("content"))))  # type: ignore[arg-type]
+        messages.append(ChatMessage(role, _text(item.get("content"))))
     return tuple(messages)
 
 
@@ -79,7 +111,8 @@ def _schema(response_format: object) -> dict[str, object] | None:
     if kind == "json_object":
         return {"type": "object"}
     if kind == "json_schema" and isinstance(response_format, dict):
-        schema = (response_format.get("json_schema") or {}).get("schema")
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
         if isinstance(schema, dict):
             return schema
     raise BadRequest("response_format must be text, json_object or json_schema with a schema")
@@ -106,24 +139,26 @@ def parse_request(body: object, chat: bool) -> ParsedRequest:
     if max_tokens is not None and (int(max_tokens) != max_tokens or max_tokens < 1):
         raise BadRequest("'max_tokens' must be a positive integer")
     stop = body.get("stop")
-    stops = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop or [])  # type: ignore[union-attr]
+    if stop is not None and not isinstance(stop, str | list):
+        raise BadRequest("'stop' must be a string or a list of strings")
+    stops = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop or [])
     seed = _number(body, "seed", None)
-    common = {
-        "max_tokens": None if max_tokens is None else int(max_tokens),
-        "stop": stops,
-        "temperature": float(_number(body, "temperature", 1.0) or 0.0),  # OpenAI's default: 1
-        "seed": None if seed is None else int(seed),
-        "json_schema": _schema(body.get("response_format")),
-    }
+    shared = _RequestOptions(
+        max_tokens=None if max_tokens is None else int(max_tokens),
+        stop=stops,
+        temperature=float(_number(body, "temperature", 1.0) or 0.0),  # OpenAI's default: 1
+        seed=None if seed is None else int(seed),
+        json_schema=_schema(body.get("response_format")),
+    )
     if chat:
-        request: Request = ChatRequest(_messages(body.get("messages")), **common)  # type: ignore[arg-type]
+        request: Request = ChatRequest(_messages(body.get("messages")), **shared)
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
         if not isinstance(prompt, str):
             raise BadRequest("'prompt' must be a string")
-        request = GenerationRequest(prompt, **common)  # type: ignore[arg-type]
+        request = GenerationRequest(prompt, **shared)
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     prefix = "chatcmpl" if chat else "cmpl"
@@ -132,10 +167,10 @@ def parse_request(body: object, chat: bool) -> ParsedRequest:
     )
 
 
-def energy_field(window: WindowEnergy, estimate: EnergyEstimate | None) -> dict[str, object]:
+def energy_field(window: WindowEnergy, estimate: EnergyEstimate | None) -> EnergyField:
     """The `energy` extra field: joules per source with method; an estimate replaces the meter."""
     if estimate is not None:
-        source = {
+        source: dict[str, object] = {
             "source": estimate.source,
             "domain": "cloud",
             "method": "estimate",
@@ -153,7 +188,7 @@ def energy_field(window: WindowEnergy, estimate: EnergyEstimate | None) -> dict[
             "basis": estimate.basis,
             "sources": [source],
         }
-    sources = [
+    sources: list[dict[str, object]] = [
         {
             "source": s.source,
             "domain": s.domain,
@@ -195,7 +230,7 @@ def _timings(completion: Completion) -> dict[str, float | None]:
 
 
 def completion_body(
-    parsed: ParsedRequest, model: str, completion: Completion, energy: dict[str, object]
+    parsed: ParsedRequest, model: str, completion: Completion, energy: EnergyField
 ) -> dict[str, object]:
     if parsed.chat:
         choice: dict[str, object] = {
@@ -232,7 +267,7 @@ def chunk_body(
     text: str | None,
     finish_reason: str | None = None,
     completion: Completion | None = None,
-    energy: dict[str, object] | None = None,
+    energy: EnergyField | None = None,
 ) -> dict[str, object]:
     """One stream chunk. `text` None with a completion makes the usage chunk (no choices)."""
     body: dict[str, object] = {

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socket import socket
+from typing import Any
 
 from openjarvis.errors import UserError
 from openjarvis.power import Meter
@@ -22,6 +24,7 @@ from openjarvis.power.types import Scope
 from openjarvis.runtime.types import Completion, Engine
 from openjarvis.serve.protocol import (
     BadRequest,
+    EnergyField,
     ParsedRequest,
     chunk_body,
     completion_body,
@@ -60,11 +63,11 @@ class EnergyServer:
             raise UserError(
                 f"cannot listen on {host}:{port} ({error.strerror}); pass another --port"
             ) from None
-        self.httpd.app = self  # type: ignore[attr-defined]
+        self.httpd.app = self
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
+        host, port = self.httpd.socket.getsockname()[:2]  # server_address, typed as str | bytes
         return f"http://{host}:{port}/v1"
 
     def serve_forever(self) -> None:
@@ -103,7 +106,7 @@ class EnergyServer:
         self,
         handler: "_Handler",
         parsed: ParsedRequest,
-        log: Callable[[Completion, dict[str, object]], None],
+        log: Callable[[Completion, EnergyField], None],
     ) -> None:
         """Stream the reply; a client that leaves early gets nothing logged (no completion)."""
         model = self.engine.model_name
@@ -153,7 +156,7 @@ class EnergyServer:
         endpoint: str,
         parsed: ParsedRequest,
         completion: Completion,
-        energy: dict[str, object],
+        energy: EnergyField,
         started_at: datetime,
     ) -> None:
         if self.store is None:
@@ -169,12 +172,12 @@ class EnergyServer:
             wall_s=completion.wall_s,
             ttft_s=completion.ttft_s,
             decode_tokens_per_s=completion.decode_tokens_per_s,
-            energy_j=energy["energy_j"],  # type: ignore[arg-type]
-            net_energy_j=energy["net_energy_j"],  # type: ignore[arg-type]
-            energy_method=energy["method"],  # type: ignore[arg-type]
-            energy_scope=str(energy["scope"]),
-            energy_null_reason=energy["null_reason"],  # type: ignore[arg-type]
-            energy_sources=list(energy["sources"]),  # type: ignore[call-overload]
+            energy_j=energy["energy_j"],
+            net_energy_j=energy["net_energy_j"],
+            energy_method=energy["method"],
+            energy_scope=energy["scope"],
+            energy_null_reason=energy["null_reason"],
+            energy_sources=list(energy["sources"]),
             cost_usd=completion.cost_usd,
             started_at=started_at,
         )
@@ -183,11 +186,12 @@ class EnergyServer:
 
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
+    app: EnergyServer  # set once the server is built
 
-    def handle_error(self, request: object, client_address: object) -> None:
+    def handle_error(self, request: socket | tuple[bytes, socket], client_address: Any) -> None:
         # A client that hangs up on a kept-alive connection is normal, not a server error.
         if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)  # type: ignore[arg-type]
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -196,7 +200,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     @property
     def app(self) -> EnergyServer:
-        return self.server.app  # type: ignore[attr-defined,no-any-return]
+        assert isinstance(self.server, _HttpServer)
+        return self.server.app
 
     def log_message(self, format: str, *args: object) -> None:
         pass  # the request log is the store; stderr stays quiet
