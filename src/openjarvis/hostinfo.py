@@ -29,24 +29,29 @@ def cpu_model() -> str:
 
 def describe_host(gpus: tuple[str, ...] = (), gpu_driver: str | None = None) -> HostRecord:
     """This machine as a HostRecord. GPUs come from the power meter's NVML source."""
+    model = cpu_model()
+    physical_cores = psutil.cpu_count(logical=False) or 0
+    logical_cores = psutil.cpu_count() or 0
+    memory_bytes = psutil.virtual_memory().total
+    os_name = platform.platform()
     facts = {
-        "cpu_model": cpu_model(),
-        "cpu_physical_cores": psutil.cpu_count(logical=False) or 0,
-        "cpu_logical_cores": psutil.cpu_count() or 0,
-        "memory_bytes": psutil.virtual_memory().total,
+        "cpu_model": model,
+        "cpu_physical_cores": physical_cores,
+        "cpu_logical_cores": logical_cores,
+        "memory_bytes": memory_bytes,
         "gpus": list(gpus),
         "gpu_driver": gpu_driver,
-        "os": platform.platform(),
+        "os": os_name,
     }
     fingerprint = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
     return HostRecord(
         fingerprint=fingerprint,
         hostname=socket.gethostname(),
-        cpu_model=facts["cpu_model"],
-        cpu_physical_cores=facts["cpu_physical_cores"],
-        cpu_logical_cores=facts["cpu_logical_cores"],
-        memory_bytes=facts["memory_bytes"],
+        cpu_model=model,
+        cpu_physical_cores=physical_cores,
+        cpu_logical_cores=logical_cores,
+        memory_bytes=memory_bytes,
         gpus=tuple(gpus),
         gpu_driver=gpu_driver,
-        os=facts["os"],
+        os=os_name,
     )

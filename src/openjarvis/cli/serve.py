@@ -79,7 +79,7 @@ def serve_command(
                 host=host,
                 port=port,
                 api_key=api_key,
-                scope=scope,  # type: ignore[arg-type]  # checked above
+                scope=scope,  # type: ignore[arg-type]  # typer passes str; checked above
                 idle_seconds=idle_seconds,
             ) as server:
                 method = server.meter.method if opened.kind in LOCAL_ENGINE_KINDS else "estimate"

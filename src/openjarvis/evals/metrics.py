@@ -90,6 +90,11 @@ def _estimate(statistic: Statistic, n_tasks: int, reason: str | None = None) -> 
     return _bootstrap(statistic, (n_tasks,), reason)
 
 
+def _mean_over_rows(values: np.ndarray) -> Statistic:
+    """The statistic that averages per-task `values` over each resample's tasks."""
+    return lambda rows: values[rows].mean(1)
+
+
 def _bootstrap(
     statistic: Callable[..., np.ndarray], sizes: tuple[int, ...], reason: str | None = None
 ) -> Estimate:
@@ -180,7 +185,7 @@ def compute_figures(tasks: Sequence[TaskFigures], idle_error_w: float | None = N
     pass_k = {}
     for k in range(1, samples + 1):
         per_task = np.array([pass_at_k(t.samples, t.passed, k) for t in tasks])
-        pass_k[k] = _estimate(lambda r, p=per_task: p[r].mean(1), n_tasks)
+        pass_k[k] = _estimate(_mean_over_rows(per_task), n_tasks)
     return RunFigures(
         tasks=n_tasks,
         samples=samples,

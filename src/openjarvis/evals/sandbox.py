@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -176,7 +176,6 @@ class Sandbox:
         )
         # Namespaces start as root and drop the uid inside; the others drop it at exec.
         drop = uid is not None and self.isolation != "namespaces"
-        user = {"user": uid, "group": uid, "extra_groups": []} if drop else {}
         with (
             open(own_dir / "program.py", "rb") as stdin,
             open(own_dir / "stdout", "wb") as stdout,
@@ -195,7 +194,9 @@ class Sandbox:
                 cwd=work_dir or "/",
                 env=env,
                 start_new_session=True,
-                **user,
+                user=uid if drop else None,
+                group=uid if drop else None,
+                extra_groups=[] if drop else None,
             )
             try:
                 timed_out = not _wait_without_reaping(process.pid, timeout_s)
@@ -292,7 +293,8 @@ def _tail(data: bytes, lines: int = 8, chars: int = 1500) -> str:
 
 
 def _remove_tree(path: Path) -> None:
-    def make_writable(function, failed_path, _exc_info):  # the program may chmod its dirs
+    # The program may have chmod-ed its directories.
+    def make_writable(function: Callable[[str], object], failed_path: str, _exc: object) -> None:
         os.chmod(os.path.dirname(failed_path), stat.S_IRWXU)
         function(failed_path)
 

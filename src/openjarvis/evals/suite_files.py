@@ -148,8 +148,11 @@ def _code_task(record: dict[str, Any], common: dict[str, Any]) -> tuple[Task, st
 
 def _choice_task(record: dict[str, Any], common: dict[str, Any]) -> tuple[Task, str | None]:
     choices = record.get("choices")
-    valid = isinstance(choices, list) and all(isinstance(c, str) and c.strip() for c in choices)
-    if not valid or not 2 <= len(choices) <= len(_LETTERS):
+    if (
+        not isinstance(choices, list)
+        or not all(isinstance(c, str) and c.strip() for c in choices)
+        or not 2 <= len(choices) <= len(_LETTERS)
+    ):
         raise _LineError(
             "field 'choices' must be a list of 2 to 26 non-empty strings",
             'write e.g. "choices": ["3", "4", "5"]',

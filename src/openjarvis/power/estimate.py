@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import Any, Protocol
 
 import psutil
 
@@ -106,13 +107,19 @@ def power_model(cpu_model: str | None = None, logical_cpus: int | None = None) -
     return CpuPowerModel(cpu_model=model, row=row, logical_cpus=cpus)
 
 
-def busy_cpu_s(times: object) -> float:
+class _CpuTimes(Protocol):
+    """psutil's cpu_times() named tuple (its fields differ per platform)."""
+
+    def _asdict(self) -> dict[str, Any]: ...
+
+
+def busy_cpu_s(times: _CpuTimes) -> float:
     """CPU-seconds spent working, summed over CPUs, from a psutil cpu_times() tuple.
 
     Guest time is already inside user/nice on Linux; steal is time another tenant ran on the
     host's core, so it is not charged to this machine.
     """
-    fields = times._asdict()  # type: ignore[attr-defined]
+    fields = times._asdict()
     not_busy = ("idle", "iowait", "steal", "guest", "guest_nice")
     return sum(value for key, value in fields.items() if key not in not_busy)
 

@@ -3,7 +3,7 @@ whiskers, and the marks that set estimated energy apart (hollow markers, '(estim
 """
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from matplotlib import rc_context
@@ -11,6 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullLocator
+from matplotlib.typing import RcKeyType
 
 from openjarvis.report.runs import (
     Interval,
@@ -26,6 +27,7 @@ __all__ = [
     "draw_svg",
     "errorbars",
     "host_colours",
+    "known",
     "labels_width_in",
     "legend_for_hosts",
     "log_scale_if_wide",
@@ -35,7 +37,7 @@ __all__ = [
     "whisker_rows",
 ]
 
-SVG_SETTINGS = {
+SVG_SETTINGS: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # text stays text: smaller, searchable, no duplicated glyph ids
     "svg.hashsalt": "openjarvis",  # stable element ids, so the same data gives the same file
     "font.size": 9,
@@ -84,6 +86,15 @@ def host_colours(runs: Sequence[RunRecord]) -> dict[str, str]:
     return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
 
 
+def known(values: Iterable[float | None]) -> list[float]:
+    """Figures of runs already filtered to those that have them: a None here is a bug."""
+    result = []
+    for value in values:
+        assert value is not None, "a run without the figure was not filtered out"
+        result.append(value)
+    return result
+
+
 def spans(intervals: Sequence[Interval]) -> list[list[float]] | None:
     """errorbar's [[below], [above]] distances; zero where an interval is unknown."""
     if all(low is None or high is None for _, low, high in intervals):
@@ -115,8 +126,8 @@ def errorbars(
         xs, ys = [x_of(r) for r in members], [y_of(r) for r in members]
         colour = colours[host]
         axes.errorbar(
-            [x for x, _, _ in xs],
-            [y for y, _, _ in ys],
+            known(x for x, _, _ in xs),
+            known(y for y, _, _ in ys),
             xerr=spans(xs),
             yerr=spans(ys),
             fmt="D" if cloud else "o",

@@ -12,6 +12,7 @@ from openjarvis.report.drawing import (
     draw_svg,
     errorbars,
     host_colours,
+    known,
     labels_width_in,
     legend_for_hosts,
     log_scale_if_wide,
@@ -56,8 +57,8 @@ def accuracy_vs_energy_plot(runs: Sequence[RunRecord]) -> Plot:
         for (group, members), style in zip(
             frontiers(points).items(), ("-", "--", ":", "-."), strict=False
         ):
-            xs = [figure(r, "mean_energy_j")[0] for r in members]
-            ys = [figure(r, "accuracy")[0] for r in members]
+            xs = known(figure(r, "mean_energy_j")[0] for r in members)
+            ys = known(figure(r, "accuracy")[0] for r in members)
             axes.plot(
                 xs,
                 ys,
@@ -182,7 +183,7 @@ def local_vs_cloud_plot(groups: Sequence[RunRecord]) -> Plot:
             intervals = [figure(rows[row], "accuracy_per_joule") for row in members]
             axes.barh(
                 members,
-                [value for value, _, _ in intervals],
+                known(value for value, _, _ in intervals),
                 xerr=spans(intervals),
                 capsize=3,
                 color="white" if estimated else ("C1" if cloud else "C0"),

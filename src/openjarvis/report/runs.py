@@ -228,15 +228,17 @@ def frontiers(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
     Measured and estimated energy, two scopes, or a partial scope and a whole one, are never
     ranked against each other.
     """
-    groups: dict[str, list[RunRecord]] = {}
+    groups: dict[str, list[tuple[RunRecord, tuple[float, float]]]] = {}
     for run in runs:
-        if None in (figure(run, "accuracy")[0], figure(run, "mean_energy_j")[0]):
+        energy_j, accuracy = figure(run, "mean_energy_j")[0], figure(run, "accuracy")[0]
+        if energy_j is None or accuracy is None:
             continue
         kind = "estimated" if is_estimate(run) else "measured"
         partial = " (partial)" if is_partial(run) else ""
-        groups.setdefault(f"{run.energy_scope} scope{partial}, {kind}", []).append(run)
+        key = f"{run.energy_scope} scope{partial}, {kind}"
+        groups.setdefault(key, []).append((run, (energy_j, accuracy)))
     result = {}
     for key, members in sorted(groups.items()):
-        points = [(figure(r, "mean_energy_j")[0], figure(r, "accuracy")[0]) for r in members]
-        result[key] = [members[i] for i in pareto_frontier(points)]  # type: ignore[arg-type]
+        frontier = pareto_frontier([point for _, point in members])
+        result[key] = [members[i][0] for i in frontier]
     return result

@@ -52,7 +52,7 @@ def _entry(name: str, origin: Origin, path: Path, size_bytes: int | None = None)
 
 
 def _local(paths: list[Path]) -> list[CatalogEntry]:
-    entries = []
+    entries: list[CatalogEntry] = []
     for given in paths:
         path = given.expanduser()
         if path.is_dir():

@@ -8,9 +8,13 @@ import ctypes
 import re
 from collections.abc import Callable
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from openjarvis.errors import UserError
 from openjarvis.runtime.types import ChatMessage
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_types import ChatCompletionRequestMessage
 
 __all__ = ["ChatTemplate"]
 
@@ -57,16 +61,24 @@ def _jinja(llama_cpp: ModuleType, template: str, bos: str, eos: str) -> Render:
     formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
 
     def render(messages: tuple[ChatMessage, ...]) -> str:
-        as_dicts = [{"role": m.role, "content": m.content} for m in messages]
-        return formatter(messages=as_dicts).prompt  # type: ignore[arg-type]
+        return formatter(messages=[_llama_message(m) for m in messages]).prompt
 
     return render
+
+
+def _llama_message(message: ChatMessage) -> "ChatCompletionRequestMessage":
+    # llama-cpp-python types a message per role; the branches give the checker each literal.
+    if message.role == "system":
+        return {"role": "system", "content": message.content}
+    if message.role == "user":
+        return {"role": "user", "content": message.content}
+    return {"role": "assistant", "content": message.content}
 
 
 def _builtin_names(llama_cpp: ModuleType) -> set[str]:
     names = (ctypes.c_char_p * 256)()
     count = llama_cpp.llama_chat_builtin_templates(names, len(names))
-    return {names[i].decode() for i in range(min(count, len(names)))}
+    return {name.decode() for name in names[: min(count, len(names))] if name is not None}
 
 
 def _builtin_name(llama_cpp: ModuleType, architecture: str) -> str | None:

@@ -79,7 +79,7 @@ def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
 
     return CloudEngine(
         CloudSettings(
-            spec.kind,  # type: ignore[arg-type]  # checked in resolve_engine_model
+            spec.kind,  # type: ignore[arg-type]  # the CLI's str; checked in resolve_engine_model
             spec.model or "",
             base_url=spec.base_url,
             api_key_env=spec.api_key_env,

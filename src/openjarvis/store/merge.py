@@ -53,7 +53,9 @@ def _merge_source(writing: Session, source: Store) -> MergeCounts:
         with source._session() as reading:
             incoming = _progress(reading, run_id)
             present = _progress(writing, run_id)
-            if present is not None and present >= incoming:  # type: ignore[operator]
+            if incoming is None:  # deleted from the source since it was listed: nothing to copy
+                continue
+            if present is not None and present >= incoming:
                 unchanged += 1
                 continue
             if present is not None:

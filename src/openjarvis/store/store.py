@@ -15,7 +15,7 @@ from typing import Any, Self
 
 from sqlalchemy import ColumnElement, Engine, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import QueryableAttribute, Session, sessionmaker
 
 from openjarvis.errors import UserError
 from openjarvis.store.liveness import refuse_if_live, this_process
@@ -176,7 +176,7 @@ class Store:
                 )
                 .execution_options(synchronize_session=False)
             )
-            claimed = session.execute(claim).rowcount == 1
+            claimed = session.execute(claim).rowcount == 1  # type: ignore[attr-defined]  # an UPDATE gives a CursorResult; SQLAlchemy types execute() as Result
         if not claimed:
             refuse_if_live(self.get_run(run_id))
             raise UserError(f"run {run_id} changed while it was being resumed; try again")
@@ -298,7 +298,7 @@ class Store:
         return matches[0]
 
 
-def _equals(column: ColumnElement[Any], value: object) -> ColumnElement[bool]:
+def _equals(column: QueryableAttribute[Any], value: object) -> ColumnElement[bool]:
     return column.is_(None) if value is None else column == value
 
 

@@ -18,7 +18,7 @@ from textual.widgets import Input
 from openjarvis.errors import UserError
 from openjarvis.power import Meter
 from openjarvis.store import Store
-from openjarvis.tui.conversation import Conversation, Message
+from openjarvis.tui.conversation import Conversation, Message, Role
 from openjarvis.tui.edits import UndoStack
 from openjarvis.tui.energy import LiveWatts, SessionEnergy
 from openjarvis.tui.engines import LoadedModel, ModelOpener
@@ -224,8 +224,8 @@ class ChatApp(App[None]):
             return
         await self.send()
 
-    async def add_message(self, role: str, content: str) -> Message:
-        message = self.conversation.add(role, content)  # type: ignore[arg-type]
+    async def add_message(self, role: Role, content: str) -> Message:
+        message = self.conversation.add(role, content)
         self.session_log.record(message, self.model.name if self.model else "")
         self.refresh_status()
         return message

@@ -5,18 +5,24 @@ is estimated from its length, and the total says so until the next reply makes i
 """
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, TypeGuard, get_args
 
 from openjarvis.runtime.types import ChatMessage, ChatRequest
+from openjarvis.runtime.types import Role as ChatRole
 from openjarvis.tui.protocol import TOOL_CLOSE
 
-__all__ = ["ContextCheck", "Conversation", "Message", "estimate_tokens"]
+__all__ = ["ContextCheck", "Conversation", "Message", "Role", "estimate_tokens", "is_role"]
 
 Role = Literal["user", "assistant", "tool"]
 # Roughly 4 characters a token for English and code; 3 over-counts, so a warning comes early
 # rather than a request failing.
 _CHARS_PER_TOKEN_ESTIMATE = 3
 _TOKENS_PER_MESSAGE_ESTIMATE = 6  # the chat template's turn markers
+
+
+def is_role(value: str) -> TypeGuard[Role]:
+    """Whether a stored role is one a conversation holds."""
+    return value in get_args(Role)
 
 
 def estimate_tokens(text: str) -> int:
@@ -153,7 +159,7 @@ class Conversation:
         one role are joined, since many chat templates insist that roles alternate."""
         merged: list[ChatMessage] = [ChatMessage("system", self.system)]
         for message in self.in_context:
-            role = "assistant" if message.role == "assistant" else "user"
+            role: ChatRole = "assistant" if message.role == "assistant" else "user"
             if merged[-1].role == role and len(merged) > 1:
                 merged[-1] = replace(
                     merged[-1], content=f"{merged[-1].content}\n\n{message.content}"

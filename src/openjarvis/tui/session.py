@@ -15,7 +15,7 @@ from openjarvis.store import (
     latest_assistant_session,
     set_out_of_context,
 )
-from openjarvis.tui.conversation import Conversation, Message
+from openjarvis.tui.conversation import Conversation, Message, is_role
 from openjarvis.tui.energy import ReplyEnergy, SessionEnergy
 
 __all__ = ["SessionLog", "latest_session_id"]
@@ -85,7 +85,7 @@ class SessionLog:
             return
         for stored in assistant_messages(self._store, self.session_id):
             role = stored.role
-            assert role in ("user", "assistant", "tool"), role
+            assert is_role(role), role
             message = Message(
                 role, stored.content, stored.context_tokens, False, stored.in_context, stored.id
             )

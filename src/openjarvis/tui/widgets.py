@@ -3,7 +3,7 @@
 Each prompt posts one `Decided` message; the app decides what follows.
 """
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from rich.markdown import Markdown as RichMarkdown
 from rich.syntax import Syntax
@@ -173,8 +173,8 @@ class HistoryInput(Input):
         Binding("down", "recall(1)", "next", show=False),
     ]
 
-    def __init__(self, history: list[str] | None = None, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, history: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.history = list(history or [])
         self._position = len(self.history)
 

@@ -57,7 +57,7 @@ class Workspace:
         return text
 
     def _files(self, folder: Path) -> list[Path]:
-        found = []
+        found: list[Path] = []
         for directory, subdirs, names in os.walk(folder):
             subdirs[:] = sorted(
                 d for d in subdirs if not d.startswith(".") and d not in _SKIPPED_DIRS
