@@ -4,9 +4,7 @@ them in the sandbox, and save each task to the store at once.
 
 import math
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Literal
@@ -15,6 +13,7 @@ import numpy as np
 
 from openjarvis import __version__
 from openjarvis.errors import RunInterrupted, UserError
+from openjarvis.evals import run_energy
 from openjarvis.evals.metrics import (
     RunFigures,
     compute_figures,
@@ -29,10 +28,7 @@ from openjarvis.evals.suites import load_suite
 from openjarvis.evals.types import Task
 from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter, WindowHandle
-from openjarvis.power.accounting import in_scope
-from openjarvis.power.claims import claim_sources
-from openjarvis.power.sources import EnergySource
-from openjarvis.power.types import GpuSelection, IdleBaseline, Scope, SourceEnergy, WindowEnergy
+from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
 from openjarvis.runtime.engines import (
     LOCAL_ENGINE_KINDS,
     EngineSpec,
@@ -166,11 +162,20 @@ def run_measure(
         try:
             sandbox = Sandbox.detect()
             with (
-                Meter.discover(scope=spec.scope, gpus=_metered_gpus(spec, engine)) as meter,
-                _claimed(meter, spec, engine) as shared_with,
+                Meter.discover(
+                    scope=spec.scope, gpus=run_energy.metered_gpus(spec.gpus, engine)
+                ) as meter,
+                run_energy.claimed(
+                    meter,
+                    engine,
+                    spec.allow_shared,
+                    f"ipw measure {spec.suite} on {engine.model_name}",
+                ) as shared_with,
             ):
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
-                gpus = tuple(_gpu_description(s) for s in meter.sources if s.domain == "gpu")
+                gpus = tuple(
+                    run_energy.gpu_description(s) for s in meter.sources if s.domain == "gpu"
+                )
                 kind = read_model_kind(model.path) if model else None  # cloud: not known
                 prompting = run_prompting(tasks, kind.kind if kind else None)
                 run = RunRecord(
@@ -182,7 +187,7 @@ def run_measure(
                     suite=spec.suite,
                     options=_options(spec, sandbox, prompting),
                     energy_scope=spec.scope,
-                    energy_method=_energy_method(meter, engine),
+                    energy_method=run_energy.energy_method(meter, engine),
                     sandbox_isolation=sandbox.isolation,
                     tool_version=__version__,
                     model_quantisation=model.quantisation if model else None,
@@ -229,10 +234,17 @@ def resume_measure(
         try:
             sandbox = Sandbox.detect()
             with (
-                Meter.discover(scope=spec.scope, gpus=_metered_gpus(spec, engine)) as meter,
-                _claimed(meter, spec, engine) as shared_with,
+                Meter.discover(
+                    scope=spec.scope, gpus=run_energy.metered_gpus(spec.gpus, engine)
+                ) as meter,
+                run_energy.claimed(
+                    meter,
+                    engine,
+                    spec.allow_shared,
+                    f"ipw measure {spec.suite} on {engine.model_name}",
+                ) as shared_with,
             ):
-                _check_same_gpus(run, meter.coverage.to_dict())
+                run_energy.check_same_gpus(run, meter.coverage.to_dict())
                 if shared_with:  # this part shared the machine: said in its summary
                     run.options["shared_machine"] = sorted(shared_with)
                 # The idle baseline of the original run keeps net energy comparable across parts.
@@ -335,12 +347,12 @@ def _execute(
         state = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
         store.finish_run(run_id, state, None)
         raise
-    idle_after = _idle_after(spec, meter, engine)
+    idle_after = run_energy.idle_after(spec.idle_seconds, meter, engine)
     if idle_after is not None:
         store.set_idle_power(run_id, dict(idle_after.power_w), after=True)
     # Figures come from the stored results, so a resumed run counts every task exactly once.
     results = store.task_results(run_id)
-    idle_error_w = _idle_error_w(meter, idle_after)
+    idle_error_w = run_energy.idle_error_w(meter, idle_after)
     figures = compute_figures([task_figures(r) for r in results], idle_error_w=idle_error_w)
     mbu = [c.memory_bandwidth_utilisation for c in seen if c.memory_bandwidth_utilisation]
     mbu_median = float(np.median(mbu)) if mbu else None
@@ -352,7 +364,7 @@ def _execute(
         "cost_usd": cost_usd,  # paid APIs only; None when any price is unknown
         "idle_error_w": idle_error_w,
         "windows": window_flags(results),
-        "conservation": _conservation(meter, saved, engine),
+        "conservation": run_energy.conservation(meter, saved, engine),
         "phase_energy": phase_energy(results),
     }
     store.finish_run(run_id, "complete", summary)
@@ -361,8 +373,8 @@ def _execute(
         model_name=run.model_name,
         figures=figures,
         energy_scope=spec.scope,
-        energy_method=_energy_method(meter, engine),
-        energy_note=_shared_note(run, _energy_note(meter, engine, results)),
+        energy_method=run_energy.energy_method(meter, engine),
+        energy_note=run_energy.shared_note(run, run_energy.energy_note(meter, engine, results)),
         sandbox_isolation=sandbox.isolation,
         sandbox_note=sandbox.isolation_note,
         unavailable_sources=[
@@ -393,7 +405,7 @@ class _Measured:
 
     def record(self, windows: list[WindowEnergy]) -> TaskResultRecord:
         estimated = [
-            _estimated_window(window, completion)
+            run_energy.estimated_window(window, completion)
             for window, completion in zip(windows, self.completions, strict=True)
         ]
         return _task_record(self.task, self.completions, estimated, self.statuses)
@@ -424,49 +436,6 @@ def _measure_task(
         [(task, c.text) for c in completions], sandbox, timeout_s=spec.timeout_s
     )
     return _Measured(task, completions, handles, [o.status for o in outcomes])
-
-
-def _idle_after(spec: MeasureSpec, meter: Meter, engine: Engine) -> IdleBaseline | None:
-    """Idle power again once the tasks are done, to report how far it drifted."""
-    if spec.idle_seconds <= 0 or engine.kind not in LOCAL_ENGINE_KINDS or meter.idle is None:
-        return None
-    return meter.measure_idle(spec.idle_seconds, use=False)
-
-
-def _idle_error_w(meter: Meter, after: IdleBaseline | None) -> float | None:
-    """The idle baseline's uncertainty over the sources in scope, in watts: each source's
-    standard error and half its drift over the run, added in quadrature. None: unknown."""
-    if meter.idle is None:
-        return None
-    variance = 0.0
-    for source in meter.sources:
-        if not in_scope(source.domain, meter.scope):
-            continue
-        error_w = meter.idle.error_w.get(source.name)
-        if error_w is None:
-            return None
-        drift_w = 0.0
-        before_w = meter.idle.power_w.get(source.name)
-        after_w = after.power_w.get(source.name) if after is not None else None
-        if before_w is not None and after_w is not None:
-            drift_w = 0.5 * (after_w - before_w)
-        variance += error_w**2 + drift_w**2
-    return math.sqrt(variance)
-
-
-def _conservation(
-    meter: Meter, saved: list[TaskResultRecord], engine: Engine
-) -> dict[str, float | None]:
-    """This process's windows against the counters over the same time (docs/energy.md):
-    the tasks' net energies add up to the bracket's within rounding when no joule is lost."""
-    if engine.kind not in LOCAL_ENGINE_KINDS:
-        return {"windows_net_j": None, "bracket_net_j": None, "ratio": None}
-    total = meter.total()
-    nets = [r.net_energy_j for r in saved]
-    windows_j = None if not nets or None in nets else sum(n for n in nets if n is not None)
-    bracket_j = total.net_energy_j
-    ratio = None if windows_j is None or not bracket_j else windows_j / bracket_j
-    return {"windows_net_j": windows_j, "bracket_net_j": bracket_j, "ratio": ratio}
 
 
 def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
@@ -547,119 +516,3 @@ def _prompting_of(run: RunRecord, tasks: list[Task]) -> dict[str, Prompting]:
         return run_prompting(tasks, None)
     # A kind the stored map lacks (a suite file edited since) gets this model's default.
     return {**run_prompting(tasks, run.model_kind), **stored}
-
-
-def _estimated_window(window: WindowEnergy, completion: Completion) -> WindowEnergy:
-    """A cloud completion's energy is its token-based estimate (METRICS.md, "Cloud estimates"),
-    not what this machine drew meanwhile; idle subtraction does not apply to it (net unknown)."""
-    estimate = completion.energy_estimate
-    if estimate is None:
-        return window
-    source = SourceEnergy(
-        source=estimate.source,
-        domain="cloud",
-        method="estimate",
-        energy_j=estimate.energy_j,
-        net_energy_j=None,
-        idle_power_w=None,
-    )
-    return replace(
-        window,
-        method="estimate",
-        energy_j=estimate.energy_j,
-        net_energy_j=None,
-        null_reason=None,
-        sources=(source,),
-        low_resolution=False,
-    )
-
-
-def _metered_gpus(spec: MeasureSpec, engine: Engine) -> GpuSelection:
-    """The GPUs whose energy the run counts: the engine's own (METRICS.md), or `--gpus all`."""
-    return "all" if spec.gpus == "all" else engine.devices
-
-
-def _check_same_gpus(run: RunRecord, coverage: dict[str, object]) -> None:
-    """A resumed run meters the GPUs it started with: CUDA_VISIBLE_DEVICES may map the engine's
-    devices to other boards in a new shell."""
-    if not run.energy_coverage:
-        return  # stored before runs kept their coverage
-
-    def gpus(coverage: dict[str, object]) -> list[str]:
-        names = coverage.get("in_scope")
-        return [n for n in names if str(n).startswith("nvml:")] if isinstance(names, list) else []
-
-    before, now = gpus(run.energy_coverage), gpus(coverage)
-    if sorted(before) != sorted(now):
-        raise UserError(
-            f"run {run.id} metered {', '.join(before) or 'no GPU'} but this process would meter "
-            f"{', '.join(now) or 'no GPU'}; set CUDA_VISIBLE_DEVICES as when the run started"
-        )
-
-
-def _gpu_description(source: EnergySource) -> str:
-    """ "NVIDIA H200 (GPU-<uuid>)": the product for people, the uuid for the host fingerprint."""
-    name = getattr(source, "gpu_name", "GPU")
-    return f"{name} ({source.name.removeprefix('nvml:')})"
-
-
-def _energy_method(meter: Meter, engine: Engine) -> str | None:
-    return meter.method if engine.kind in LOCAL_ENGINE_KINDS else "estimate"
-
-
-def _energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -> str | None:
-    """Why energy is estimated, missing, or unknown for some tasks; None when all is measured."""
-    notes = []
-    if engine.kind not in LOCAL_ENGINE_KINDS:
-        notes.append(
-            "energy is an estimate from token counts and data/cloud_energy.csv "
-            "(energy per token, PUE), not a measurement"
-        )
-    elif meter.method == "estimate":
-        notes.append(
-            "energy is an estimate from CPU utilisation and a TDP model, not a measurement"
-        )
-    elif meter.method is None:
-        notes.append("no energy source in scope: figures are null")
-    unknown = Counter(r.energy_null_reason or "unknown" for r in results if r.energy_j is None)
-    if unknown and meter.method is not None:
-        reasons = ", ".join(f"{count} {reason}" for reason, count in unknown.most_common())
-        notes.append(
-            f"energy unknown for {sum(unknown.values())} of {len(results)} tasks ({reasons}), "
-            "so the run's energy figures are null"
-        )
-    return "; ".join(notes) or None
-
-
-@contextmanager
-def _claimed(meter: Meter, spec: MeasureSpec, engine: Engine) -> Iterator[dict[str, str]]:
-    """Claim the sources in scope for this run (power/claims.py); yields those another
-    measurement holds, which only `allow_shared` accepts."""
-    names = [s.name for s in meter.sources if in_scope(s.domain, meter.scope)]
-    if engine.kind not in LOCAL_ENGINE_KINDS:
-        names = []  # a cloud run's energy is an estimate: this machine's draw is not its figure
-    claim = claim_sources(names, f"ipw measure {spec.suite} on {engine.model_name}")
-    try:
-        if claim.shared and not spec.allow_shared:
-            name, holder = next(iter(claim.taken.items()))
-            raise UserError(
-                f"another measurement holds {name} ({holder}): both would claim its joules; "
-                "wait for it to finish, or pass --allow-shared to measure anyway (the run is "
-                "then marked shared-machine)"
-            )
-        yield claim.taken
-    finally:
-        claim.release()
-
-
-def _shared_note(run: RunRecord, note: str | None) -> str | None:
-    """Say so when another measurement held a source of this run's scope (shared-machine)."""
-    shared = run.options.get("shared_machine")
-    if not shared:
-        return note
-    names = ", ".join(str(name) for name in shared) if isinstance(shared, list) else str(shared)
-    line = (
-        f"shared-machine: another measurement held {names} during this run; both claim those "
-        "joules, so this run's energy figures are too high by the other's share"
-    )
-    return line if note is None else f"{note}; {line}"

@@ -1,0 +1,195 @@
+"""What a measured run's energy rests on, apart from generating and scoring: which GPUs it
+meters, its claim on the sources, idle power after the tasks and the baseline's error, whether
+the windows add up (conservation), and the notes that say what the figures are.
+"""
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from openjarvis.errors import UserError
+from openjarvis.power import Meter
+from openjarvis.power.accounting import in_scope
+from openjarvis.power.claims import claim_sources
+from openjarvis.power.sources import EnergySource
+from openjarvis.power.types import GpuSelection, IdleBaseline, SourceEnergy, WindowEnergy
+from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
+from openjarvis.runtime.types import Completion, Engine
+from openjarvis.store.records import RunRecord, TaskResultRecord
+
+__all__ = [
+    "check_same_gpus",
+    "claimed",
+    "conservation",
+    "energy_method",
+    "energy_note",
+    "estimated_window",
+    "gpu_description",
+    "idle_after",
+    "idle_error_w",
+    "metered_gpus",
+    "shared_note",
+]
+
+
+def idle_after(idle_seconds: float, meter: Meter, engine: Engine) -> IdleBaseline | None:
+    """Idle power again once the tasks are done, to report how far it drifted."""
+    if idle_seconds <= 0 or engine.kind not in LOCAL_ENGINE_KINDS or meter.idle is None:
+        return None
+    return meter.measure_idle(idle_seconds, use=False)
+
+
+def idle_error_w(meter: Meter, after: IdleBaseline | None) -> float | None:
+    """The idle baseline's uncertainty over the sources in scope, in watts: each source's
+    standard error and half its drift over the run, added in quadrature. None: unknown."""
+    if meter.idle is None:
+        return None
+    variance = 0.0
+    for source in meter.sources:
+        if not in_scope(source.domain, meter.scope):
+            continue
+        error_w = meter.idle.error_w.get(source.name)
+        if error_w is None:
+            return None
+        drift_w = 0.0
+        before_w = meter.idle.power_w.get(source.name)
+        after_w = after.power_w.get(source.name) if after is not None else None
+        if before_w is not None and after_w is not None:
+            drift_w = 0.5 * (after_w - before_w)
+        variance += error_w**2 + drift_w**2
+    return math.sqrt(variance)
+
+
+def conservation(
+    meter: Meter, saved: list[TaskResultRecord], engine: Engine
+) -> dict[str, float | None]:
+    """This process's windows against the counters over the same time (docs/energy.md):
+    the tasks' net energies add up to the bracket's within rounding when no joule is lost."""
+    if engine.kind not in LOCAL_ENGINE_KINDS:
+        return {"windows_net_j": None, "bracket_net_j": None, "ratio": None}
+    total = meter.total()
+    nets = [r.net_energy_j for r in saved]
+    windows_j = None if not nets or None in nets else sum(n for n in nets if n is not None)
+    bracket_j = total.net_energy_j
+    ratio = None if windows_j is None or not bracket_j else windows_j / bracket_j
+    return {"windows_net_j": windows_j, "bracket_net_j": bracket_j, "ratio": ratio}
+
+
+def estimated_window(window: WindowEnergy, completion: Completion) -> WindowEnergy:
+    """A cloud completion's energy is its token-based estimate (METRICS.md, "Cloud estimates"),
+    not what this machine drew meanwhile; idle subtraction does not apply to it (net unknown)."""
+    estimate = completion.energy_estimate
+    if estimate is None:
+        return window
+    source = SourceEnergy(
+        source=estimate.source,
+        domain="cloud",
+        method="estimate",
+        energy_j=estimate.energy_j,
+        net_energy_j=None,
+        idle_power_w=None,
+    )
+    return replace(
+        window,
+        method="estimate",
+        energy_j=estimate.energy_j,
+        net_energy_j=None,
+        null_reason=None,
+        sources=(source,),
+        low_resolution=False,
+    )
+
+
+def metered_gpus(gpus: str, engine: Engine) -> GpuSelection:
+    """The GPUs whose energy the run counts: the engine's own (METRICS.md), or `--gpus all`."""
+    return "all" if gpus == "all" else engine.devices
+
+
+def check_same_gpus(run: RunRecord, coverage: dict[str, object]) -> None:
+    """A resumed run meters the GPUs it started with: CUDA_VISIBLE_DEVICES may map the engine's
+    devices to other boards in a new shell."""
+    if not run.energy_coverage:
+        return  # stored before runs kept their coverage
+
+    def gpus(coverage: dict[str, object]) -> list[str]:
+        names = coverage.get("in_scope")
+        return [n for n in names if str(n).startswith("nvml:")] if isinstance(names, list) else []
+
+    before, now = gpus(run.energy_coverage), gpus(coverage)
+    if sorted(before) != sorted(now):
+        raise UserError(
+            f"run {run.id} metered {', '.join(before) or 'no GPU'} but this process would meter "
+            f"{', '.join(now) or 'no GPU'}; set CUDA_VISIBLE_DEVICES as when the run started"
+        )
+
+
+def gpu_description(source: EnergySource) -> str:
+    """ "NVIDIA H200 (GPU-<uuid>)": the product for people, the uuid for the host fingerprint."""
+    name = getattr(source, "gpu_name", "GPU")
+    return f"{name} ({source.name.removeprefix('nvml:')})"
+
+
+def energy_method(meter: Meter, engine: Engine) -> str | None:
+    return meter.method if engine.kind in LOCAL_ENGINE_KINDS else "estimate"
+
+
+def energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -> str | None:
+    """Why energy is estimated, missing, or unknown for some tasks; None when all is measured."""
+    notes = []
+    if engine.kind not in LOCAL_ENGINE_KINDS:
+        notes.append(
+            "energy is an estimate from token counts and data/cloud_energy.csv "
+            "(energy per token, PUE), not a measurement"
+        )
+    elif meter.method == "estimate":
+        notes.append(
+            "energy is an estimate from CPU utilisation and a TDP model, not a measurement"
+        )
+    elif meter.method is None:
+        notes.append("no energy source in scope: figures are null")
+    unknown = Counter(r.energy_null_reason or "unknown" for r in results if r.energy_j is None)
+    if unknown and meter.method is not None:
+        reasons = ", ".join(f"{count} {reason}" for reason, count in unknown.most_common())
+        notes.append(
+            f"energy unknown for {sum(unknown.values())} of {len(results)} tasks ({reasons}), "
+            "so the run's energy figures are null"
+        )
+    return "; ".join(notes) or None
+
+
+@contextmanager
+def claimed(
+    meter: Meter, engine: Engine, allow_shared: bool, holder: str
+) -> Iterator[dict[str, str]]:
+    """Claim the sources in scope for this run (power/claims.py); yields those another
+    measurement holds, which only `allow_shared` accepts."""
+    names = [s.name for s in meter.sources if in_scope(s.domain, meter.scope)]
+    if engine.kind not in LOCAL_ENGINE_KINDS:
+        names = []  # a cloud run's energy is an estimate: this machine's draw is not its figure
+    claim = claim_sources(names, holder)
+    try:
+        if claim.shared and not allow_shared:
+            name, holder = next(iter(claim.taken.items()))
+            raise UserError(
+                f"another measurement holds {name} ({holder}): both would claim its joules; "
+                "wait for it to finish, or pass --allow-shared to measure anyway (the run is "
+                "then marked shared-machine)"
+            )
+        yield claim.taken
+    finally:
+        claim.release()
+
+
+def shared_note(run: RunRecord, note: str | None) -> str | None:
+    """Say so when another measurement held a source of this run's scope (shared-machine)."""
+    shared = run.options.get("shared_machine")
+    if not shared:
+        return note
+    names = ", ".join(str(name) for name in shared) if isinstance(shared, list) else str(shared)
+    line = (
+        f"shared-machine: another measurement held {names} during this run; both claim those "
+        "joules, so this run's energy figures are too high by the other's share"
+    )
+    return line if note is None else f"{note}; {line}"
