@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -358,14 +358,17 @@ def _execute(
     mbu_median = float(np.median(mbu)) if mbu else None
     costs = [c.cost_usd for c in seen]
     cost_usd = sum(c for c in costs if c is not None) if costs and None not in costs else None
+    flags = window_flags(results)
+    conservation = run_energy.conservation(meter, saved, engine)
+    phases = phase_energy(results)
     summary = {
         **figures.to_dict(),
         "memory_bandwidth_utilisation": mbu_median,
         "cost_usd": cost_usd,  # paid APIs only; None when any price is unknown
         "idle_error_w": idle_error_w,
-        "windows": window_flags(results),
-        "conservation": run_energy.conservation(meter, saved, engine),
-        "phase_energy": phase_energy(results),
+        "windows": flags,
+        "conservation": conservation,
+        "phase_energy": phases,
     }
     store.finish_run(run_id, "complete", summary)
     return MeasureResult(
@@ -384,9 +387,9 @@ def _execute(
         model_kind=run.model_kind,
         prompting=prompting,
         memory_bandwidth_utilisation=mbu_median,
-        window_flags=summary["windows"],  # type: ignore[arg-type]
-        conservation=summary["conservation"],  # type: ignore[arg-type]
-        phase_energy=summary["phase_energy"],  # type: ignore[arg-type]
+        window_flags=flags,
+        conservation=conservation,
+        phase_energy=phases,
     )
 
 
@@ -401,7 +404,8 @@ class _Measured:
 
     def settled(self) -> list[WindowEnergy] | None:
         windows = [handle.settled() for handle in self.handles]
-        return None if None in windows else windows  # type: ignore[return-value]
+        known = [window for window in windows if window is not None]
+        return known if len(known) == len(windows) else None
 
     def record(self, windows: list[WindowEnergy]) -> TaskResultRecord:
         estimated = [
@@ -441,12 +445,13 @@ def _measure_task(
 def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
     """The spec a run was started with, from the options stored with it."""
     names = {spec_field.name for spec_field in fields(MeasureSpec)}
-    stored = {name: value for name, value in run.options.items() if name in names}
+    # Stored as JSON (so Any here); they were validated when the run started.
+    stored: dict[str, Any] = {n: value for n, value in run.options.items() if n in names}
     stored.setdefault("gpus", "all")  # runs from before --gpus metered every visible GPU
     # A cloud run has no model file: its model is the name the server knows it by.
     local = stored.get("engine", "llamacpp") in LOCAL_ENGINE_KINDS
     model = run.model_path if local else run.model_name
-    return MeasureSpec(**stored, model_path=model, db_url=db_url)  # type: ignore[arg-type]
+    return MeasureSpec(**stored, model_path=model, db_url=db_url)
 
 
 def _sum_or_none(values: list[float | None]) -> float | None:
