@@ -182,9 +182,9 @@ class ChatApp(App[None]):
             self.conversation.forget_counts()
         self.model = event.model
         self.status.model = event.model.name
-        self.set_activity("ready", False)
-        if event.model.note:
+        if event.model.note:  # on screen before "ready", so it is read before the first question
             await self.notice(event.model.note, warning=True)
+        self.set_activity("ready", False)
         if self._asked_while_loading:
             self._asked_while_loading = False
             await self.send()
