@@ -14,7 +14,13 @@ from openjarvis.power import Meter
 from openjarvis.power.accounting import in_scope
 from openjarvis.power.claims import claim_sources
 from openjarvis.power.sources import EnergySource
-from openjarvis.power.types import GpuSelection, IdleBaseline, SourceEnergy, WindowEnergy
+from openjarvis.power.types import (
+    GpuSelection,
+    IdleBaseline,
+    Scope,
+    SourceEnergy,
+    WindowEnergy,
+)
 from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine
 from openjarvis.store.records import RunRecord, TaskResultRecord
@@ -30,6 +36,7 @@ __all__ = [
     "idle_after",
     "idle_error_w",
     "metered_gpus",
+    "metering",
     "shared_note",
 ]
 
@@ -157,6 +164,19 @@ def energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -
             "so the run's energy figures are null"
         )
     return "; ".join(notes) or None
+
+
+@contextmanager
+def metering(
+    engine: Engine, scope: Scope, gpus: str, allow_shared: bool, holder: str
+) -> Iterator[tuple[Meter, dict[str, str]]]:
+    """A started meter over the engine's sources in `scope`, with its claim on them; yields the
+    meter and the sources another measurement holds (see `claimed`)."""
+    with (
+        Meter.discover(scope=scope, gpus=metered_gpus(gpus, engine)) as meter,
+        claimed(meter, engine, allow_shared, holder) as shared_with,
+    ):
+        yield meter, shared_with
 
 
 @contextmanager

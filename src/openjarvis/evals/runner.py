@@ -5,6 +5,7 @@ them in the sandbox, and save each task to the store at once.
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -161,17 +162,7 @@ def run_measure(
         engine = open_engine(spec.engine_spec(), model)
         try:
             sandbox = Sandbox.detect()
-            with (
-                Meter.discover(
-                    scope=spec.scope, gpus=run_energy.metered_gpus(spec.gpus, engine)
-                ) as meter,
-                run_energy.claimed(
-                    meter,
-                    engine,
-                    spec.allow_shared,
-                    f"ipw measure {spec.suite} on {engine.model_name}",
-                ) as shared_with,
-            ):
+            with _metering(spec, engine) as (meter, shared_with):
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
                 gpus = tuple(
                     run_energy.gpu_description(s) for s in meter.sources if s.domain == "gpu"
@@ -233,17 +224,7 @@ def resume_measure(
         engine = open_engine(spec.engine_spec(), model)
         try:
             sandbox = Sandbox.detect()
-            with (
-                Meter.discover(
-                    scope=spec.scope, gpus=run_energy.metered_gpus(spec.gpus, engine)
-                ) as meter,
-                run_energy.claimed(
-                    meter,
-                    engine,
-                    spec.allow_shared,
-                    f"ipw measure {spec.suite} on {engine.model_name}",
-                ) as shared_with,
-            ):
+            with _metering(spec, engine) as (meter, shared_with):
                 run_energy.check_same_gpus(run, meter.coverage.to_dict())
                 if shared_with:  # this part shared the machine: said in its summary
                     run.options["shared_machine"] = sorted(shared_with)
@@ -279,6 +260,13 @@ def _execute_reporting_interrupts(
         if store.get_run(run_id).state == "running":
             store.finish_run(run_id, "interrupted", None)
         raise RunInterrupted(run_id, len(store.task_results(run_id))) from None
+
+
+def _metering(
+    spec: MeasureSpec, engine: Engine
+) -> AbstractContextManager[tuple[Meter, dict[str, str]]]:
+    holder = f"ipw measure {spec.suite} on {engine.model_name}"
+    return run_energy.metering(engine, spec.scope, spec.gpus, spec.allow_shared, holder)
 
 
 def _select_tasks(spec: MeasureSpec) -> list[Task]:
