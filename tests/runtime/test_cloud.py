@@ -120,6 +120,31 @@ def test_stream_without_usage_is_refused_not_guessed() -> None:
         _engine(stub.url).generate(HELLO)
 
 
+@pytest.mark.parametrize(
+    "usage", [{"prompt_tokens": 12}, {"completion_tokens": 3}, {"prompt_tokens": None}]
+)
+def test_usage_missing_a_field_is_refused_not_counted_as_zero(usage: dict[str, object]) -> None:
+    reply = sse(
+        {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": usage},
+    )
+    with stub_server([reply]) as stub, pytest.raises(UserError, match="only part of it"):
+        _engine(stub.url).generate(HELLO)
+
+
+def test_anthropic_delta_without_output_count_is_refused_not_the_stale_start_count() -> None:
+    events = (
+        {"type": "message_start", "message": {"usage": {"input_tokens": 9, "output_tokens": 1}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+    )
+    names = tuple(str(e["type"]) for e in events)
+    with stub_server([sse(*events, names=names, done=False)]) as stub:
+        engine = _engine(stub.url, provider="anthropic", model="claude-sonnet-4-20250514")
+        with pytest.raises(UserError, match="sent no token usage"):
+            engine.generate(HELLO)
+
+
 def test_anthropic_messages_stream() -> None:
     events = (
         {"type": "message_start", "message": {"usage": {"input_tokens": 9, "output_tokens": 1}}},

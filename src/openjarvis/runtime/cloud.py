@@ -126,8 +126,9 @@ class CloudEngine:
     ) -> Completion:
         if outcome.prompt_tokens is None or outcome.completion_tokens is None:
             raise UserError(
-                f"{self._http.base_url} sent no token usage with its stream; energy and cost "
-                "need it: use a server that honours stream_options.include_usage"
+                f"{self._http.base_url} sent no token usage (or only part of it) with its "
+                "stream; energy and cost need both counts: use a server that honours "
+                "stream_options.include_usage"
             )
         end_s = time.monotonic()
         model = self.settings.model
@@ -182,8 +183,8 @@ class CloudEngine:
 def _openai_event(event: ServerEvent, outcome: _Outcome) -> str:
     usage = event.data.get("usage")
     if isinstance(usage, dict):
-        outcome.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        outcome.completion_tokens = int(usage.get("completion_tokens") or 0)
+        outcome.prompt_tokens = _token_count(usage, "prompt_tokens")
+        outcome.completion_tokens = _token_count(usage, "completion_tokens")
     piece = ""
     for choice in event.data.get("choices") or []:
         delta = choice.get("delta")
@@ -200,16 +201,23 @@ def _anthropic_event(event: ServerEvent, outcome: _Outcome) -> str:
         raise UserError(f"Anthropic stopped the stream: {str(message)[:200]}")
     if data.get("type") == "message_start":
         usage = data["message"].get("usage", {})
-        outcome.prompt_tokens = int(usage.get("input_tokens", 0))
-        outcome.completion_tokens = int(usage.get("output_tokens", 0))
+        outcome.prompt_tokens = _token_count(usage, "input_tokens")
+        outcome.completion_tokens = _token_count(usage, "output_tokens")
     elif data.get("type") == "message_delta":
-        outcome.completion_tokens = int(data.get("usage", {}).get("output_tokens", 0))
+        # The final count; the start's is stale, so a delta without one leaves it unknown.
+        outcome.completion_tokens = _token_count(data.get("usage", {}), "output_tokens")
         reason = data.get("delta", {}).get("stop_reason")
         outcome.finish_reason = _FINISH.get(str(reason), str(reason))
     elif data.get("type") == "content_block_delta":
         delta = data.get("delta", {})
         return str(delta.get("text", "")) if isinstance(delta, dict) else ""
     return ""
+
+
+def _token_count(usage: object, name: str) -> int | None:
+    """A usage field as an int; None when the server left it out (unknown, never 0)."""
+    value = usage.get(name) if isinstance(usage, dict) else None
+    return int(value) if value is not None else None
 
 
 def _anthropic_messages(request: Request) -> dict[str, object]:
