@@ -61,7 +61,9 @@ def test_measure_two_tasks_stores_rows_and_prints_figures(
     for result in results:
         assert result.completion_tokens > 0
         assert result.latency_s > 0
-        assert result.statuses[0] in ("passed", "failed", "timeout", "error")
+        # The tests ran and judged the completion: a sandbox that failed to start ("error")
+        # or never returned would not be a score.
+        assert result.statuses[0] in ("passed", "failed")
         # Energy is measured or estimated, never silently 0: known and positive, or null+reason.
         if result.energy_j is None:
             assert result.energy_null_reason

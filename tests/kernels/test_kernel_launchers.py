@@ -46,15 +46,25 @@ def test_size_table_uses_the_peer_kernel_only_up_to_its_first_loss() -> None:
     assert never.peer_max_bytes == 0
 
 
-def test_all_reduce_on_the_cpu_is_the_collective(tmp_path: Path) -> None:
-    dist.init_process_group(
-        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
-    )
+def _two_rank_all_reduce(rank: int, store_path: str, results_path: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
         reduce = AllReduce(dist.group.WORLD, CPU, torch.float32, choice="auto")
-        x = torch.arange(6, dtype=torch.float32)
-        assert torch.equal(reduce(x.clone()), x)
+        summed = reduce(torch.arange(6, dtype=torch.float32) * (rank + 1))
         assert reduce.peer is None
         assert reduce.table_summary()["why_not_peer"] == "not on a GPU"
+        torch.save(summed, f"{results_path}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def test_all_reduce_on_the_cpu_sums_the_ranks(tmp_path: Path) -> None:
+    """Two real ranks (gloo): each gets the sum, so an all-reduce that returned its input
+    unchanged (the identity a one-rank check cannot tell apart) fails here."""
+    results = tmp_path / "summed"
+    torch.multiprocessing.spawn(
+        _two_rank_all_reduce, args=(str(tmp_path / "store"), str(results)), nprocs=2
+    )
+    expected = torch.arange(6, dtype=torch.float32) * 3
+    for rank in range(2):
+        assert torch.equal(torch.load(f"{results}.{rank}"), expected)

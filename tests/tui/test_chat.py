@@ -1,5 +1,6 @@
 """The chat: streamed Markdown replies, the status bar's energy and context, history, /help."""
 
+import re
 from collections.abc import Callable
 
 from textual.widgets import Markdown
@@ -28,7 +29,8 @@ def test_reply_streams_as_markdown_and_status_shows_energy(
             body = reply.query_one(Markdown).source
             assert "```python" in body
             footer = str(reply.query_one(".reply-footer").render())
-            assert " J" in footer and "tokens" in footer
+            # A measured figure ("0.42 J"), not the "— J" of an unknown one.
+            assert re.search(r"\d J\b", footer) and "— J" not in footer and "tokens" in footer
             status = render_status(app.status)
             assert "scripted-model" in status and "ctx " in status and "tok/s" in status
             context = next(part for part in status.split(" │ ") if part.startswith("ctx"))
