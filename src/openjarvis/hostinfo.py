@@ -16,10 +16,14 @@ from openjarvis.store.records import HostRecord
 __all__ = ["cpu_model", "describe_host"]
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo, else what the platform module knows."""
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's marketing name from /proc/cpuinfo, else what the platform module knows.
+
+    The one reader of the CPU's name outside power/ (power.estimate.cpu_model_name could call
+    it); its result is hashed into host fingerprints, so its fallbacks must not change.
+    """
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in cpuinfo.read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
@@ -30,26 +34,33 @@ def cpu_model() -> str:
 def describe_host(gpus: tuple[str, ...] = (), gpu_driver: str | None = None) -> HostRecord:
     """This machine as a HostRecord. GPUs come from the power meter's NVML source."""
     model = cpu_model()
-    physical_cores = psutil.cpu_count(logical=False) or 0
-    logical_cores = psutil.cpu_count() or 0
+    physical_cores = psutil.cpu_count(logical=False)  # None when the OS cannot tell
+    logical_cores = psutil.cpu_count()
     memory_bytes = psutil.virtual_memory().total
     os_name = platform.platform()
-    facts = {
+    facts: dict[str, object] = {
         "cpu_model": model,
-        "cpu_physical_cores": physical_cores,
-        "cpu_logical_cores": logical_cores,
         "memory_bytes": memory_bytes,
         "gpus": list(gpus),
-        "gpu_driver": gpu_driver,
+        "gpu_driver": gpu_driver,  # hashed even when None, as it always was
         "os": os_name,
     }
+    # An unknown core count is left out of the hash rather than hashed as a made-up number;
+    # a known one is hashed as before, so known hosts keep their fingerprints.
+    if physical_cores is not None:
+        facts["cpu_physical_cores"] = physical_cores
+    if logical_cores is not None:
+        facts["cpu_logical_cores"] = logical_cores
     fingerprint = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
     return HostRecord(
         fingerprint=fingerprint,
         hostname=socket.gethostname(),
         cpu_model=model,
-        cpu_physical_cores=physical_cores,
-        cpu_logical_cores=logical_cores,
+        # The hosts table's core columns are NOT NULL (migration 0001), so an unknown count is
+        # still stored as 0 there until a migration lets them hold NULL; the fingerprint above
+        # does not depend on it.
+        cpu_physical_cores=physical_cores or 0,
+        cpu_logical_cores=logical_cores or 0,
         memory_bytes=memory_bytes,
         gpus=tuple(gpus),
         gpu_driver=gpu_driver,
