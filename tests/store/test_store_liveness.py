@@ -26,7 +26,7 @@ def set_process(
     store: Store, run_id: str, host: str | None, pid: int | None, heartbeat_at: datetime | None
 ) -> None:
     """Point a run at another process, as another machine or an earlier process left it."""
-    with store._session() as session:
+    with store.session() as session:
         run = session.get_one(Run, run_id)
         run.process_host, run.process_pid, run.heartbeat_at = host, pid, heartbeat_at
 

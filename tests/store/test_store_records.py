@@ -188,9 +188,10 @@ def test_finish_and_resume(store: Store, make_run) -> None:
     store.resume_run(run_id)
     resumed = store.get_run(run_id)
     assert (resumed.state, resumed.finished_at) == ("running", None)
-    store.finish_run(run_id, "complete", {"accuracy": 1.0}, energy_method="integrated")
+    store.finish_run(run_id, "complete", {"accuracy": 1.0})
     finished = store.get_run(run_id)
-    assert finished.energy_method == "integrated"
+    assert (finished.state, finished.summary) == ("complete", {"accuracy": 1.0})
+    assert finished.finished_at is not None
     assert finished.idle_power_w == {"nvml:GPU-aaaa": 70.0}
 
 

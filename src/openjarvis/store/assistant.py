@@ -127,14 +127,14 @@ class AssistantMessage(Base):
         )
 
 
-# The Store keeps its session factory private to the package; these functions are its peers.
+# These functions write and read their own tables through Store.session(), one transaction each.
 
 
 def create_assistant_session(store: Store, working_dir: str, model_name: str) -> str:
     """A new, empty session; returns its id (uuid4 hex)."""
     session_id = uuid.uuid4().hex
     now = datetime.now(UTC)
-    with store._session() as session:
+    with store.session() as session:
         session.add(
             AssistantSession(
                 id=session_id,
@@ -152,7 +152,7 @@ def add_assistant_message(store: Store, session_id: str, message: AssistantMessa
     if message.role not in MESSAGE_ROLES:
         raise ValueError(f"role must be one of {MESSAGE_ROLES}, not {message.role!r}")
     now = datetime.now(UTC)
-    with store._session() as session:
+    with store.session() as session:
         owner = session.get(AssistantSession, session_id)
         if owner is None:
             raise ValueError(f"no assistant session {session_id} in the store")
@@ -190,7 +190,7 @@ def set_out_of_context(store: Store, session_id: str, message_ids: list[int]) ->
     """Mark messages the user dropped to fit the context; they stay stored and shown."""
     if not message_ids:
         return
-    with store._session() as session:
+    with store.session() as session:
         session.execute(
             update(AssistantMessage)
             .where(
@@ -209,7 +209,7 @@ def latest_assistant_session(store: Store, working_dir: str) -> AssistantSession
         .order_by(AssistantSession.updated_at.desc(), AssistantSession.id)
         .limit(1)
     )
-    with store._session() as session:
+    with store.session() as session:
         found = session.scalar(query)
         return None if found is None else found.to_record()
 
@@ -221,5 +221,5 @@ def assistant_messages(store: Store, session_id: str) -> list[AssistantMessageRe
         .where(AssistantMessage.session_id == session_id)
         .order_by(AssistantMessage.position)
     )
-    with store._session() as session:
+    with store.session() as session:
         return [row.to_record() for row in session.scalars(query)]

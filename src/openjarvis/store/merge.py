@@ -40,17 +40,17 @@ def merge_all(target: Store, sources: Sequence[Store]) -> list[MergeCounts]:
     for source in sources:
         if target.url == source.url:
             raise ValueError(f"cannot merge {source.url} into itself")
-    # Stores share this package, so the merge uses their sessions directly (store-internal SQL).
-    with target._session() as writing:
+    # One transaction on the target for every source: all of it, or nothing.
+    with target.session() as writing:
         return [_merge_source(writing, source) for source in sources]
 
 
 def _merge_source(writing: Session, source: Store) -> MergeCounts:
     added = replaced = unchanged = 0
-    with source._session() as reading:
+    with source.session() as reading:
         run_ids = list(reading.scalars(select(Run.id).order_by(Run.started_at, Run.id)))
     for run_id in run_ids:
-        with source._session() as reading:
+        with source.session() as reading:
             incoming = _progress(reading, run_id)
             present = _progress(writing, run_id)
             if incoming is None:  # deleted from the source since it was listed: nothing to copy

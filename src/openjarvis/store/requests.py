@@ -72,12 +72,12 @@ class RequestLog(Base):
 _FIELDS = tuple(f.name for f in fields(RequestLogRecord))
 
 
-# The Store keeps its session factory private to the package; these functions are its peers.
+# These functions write and read their own tables through Store.session(), one transaction each.
 
 
 def log_request(store: Store, record: RequestLogRecord) -> int:
     """Save one request and commit at once; returns its id."""
-    with store._session() as session:
+    with store.session() as session:
         values = {name: getattr(record, name) for name in _FIELDS if name != "id"}
         values["started_at"] = record.started_at or datetime.now(UTC)
         values["energy_sources"] = list(record.energy_sources)
@@ -98,5 +98,5 @@ def request_logs(
         query = query.where(RequestLog.model_name == model)
     if limit is not None:
         query = query.limit(limit)
-    with store._session() as session:
+    with store.session() as session:
         return [row.to_record() for row in session.scalars(query)]

@@ -104,7 +104,7 @@ class Store:
     ) -> None:
         """Record the idle power per source: the baseline, or (`after`) the one measured when
         the run's tasks were done, which says how far idle drifted."""
-        with self._session() as session:
+        with self.session() as session:
             run = _existing_run(session, run_id)
             if after:
                 run.idle_after_power_w = dict(idle_power_w)
@@ -114,7 +114,7 @@ class Store:
     def save_task_result(self, run_id: str, result: TaskResultRecord) -> None:
         """Save one task with its energy readings and commit; this is the run's heartbeat."""
         try:
-            with self._session() as session:
+            with self.session() as session:
                 _existing_run(session, run_id).heartbeat_at = datetime.now(UTC)
                 session.add(TaskResult.from_record(run_id, result))
         except IntegrityError:
@@ -131,28 +131,20 @@ class Store:
         except IntegrityError:
             raise ValueError(f"no run {run_id} to add power samples to") from None
 
-    def finish_run(
-        self,
-        run_id: str,
-        state: str,
-        summary: dict[str, object] | None,
-        energy_method: str | None = None,
-    ) -> None:
-        """End a run in a final state with its summary; energy_method None keeps the stored one."""
+    def finish_run(self, run_id: str, state: str, summary: dict[str, object] | None) -> None:
+        """End a run in a final state with its summary."""
         if state not in FINAL_STATES:
             raise ValueError(f"a run finishes as one of {FINAL_STATES}, not {state!r}")
-        with self._session() as session:
+        with self.session() as session:
             run = _existing_run(session, run_id)
             run.state = state
             run.finished_at = datetime.now(UTC)
             run.summary = summary
-            if energy_method is not None:
-                run.energy_method = energy_method
 
     def resume_run(self, run_id: str) -> None:
         """Put an interrupted (or failed, or abandoned) run back in state `running`, measured by
         this process, for `--resume`; a run another process still measures is refused."""
-        with self._session() as session:
+        with self.session() as session:
             seen = _existing_run(session, run_id).to_record()
             refuse_if_live(seen)
             host, pid = this_process()
@@ -184,7 +176,7 @@ class Store:
     # Reads: a run id may be given as a unique prefix, as users type it.
 
     def get_run(self, run_id: str) -> RunRecord:
-        with self._session() as session:
+        with self.session() as session:
             full_id = self._resolve_run_id(session, run_id)
             run = session.get_one(Run, full_id)
             return run.to_record()
@@ -196,13 +188,13 @@ class Store:
             .where(TaskResult.run_id.in_(run_ids))
             .group_by(TaskResult.run_id)
         )
-        with self._session() as session:
+        with self.session() as session:
             counts = {run_id: count for run_id, count in session.execute(query)}
         return {run_id: counts.get(run_id, 0) for run_id in run_ids}
 
     def task_results(self, run_id: str) -> list[TaskResultRecord]:
         """The run's saved tasks, in the order they were saved, with their energy readings."""
-        with self._session() as session:
+        with self.session() as session:
             full_id = self._resolve_run_id(session, run_id)
             query = select(TaskResult).where(TaskResult.run_id == full_id).order_by(TaskResult.id)
             return [task.to_record() for task in session.scalars(query)]
@@ -231,13 +223,13 @@ class Store:
             query = query.where(Run.host_id.in_(hosts))
         if since is not None:
             query = query.where(Run.started_at >= since)
-        with self._session() as session:
+        with self.session() as session:
             return [run.to_record() for run in session.scalars(query)]
 
     def power_series(self, run_id: str) -> dict[str, PowerSeries]:
         """The run's power trace per source (sorted by name), as arrays ordered by time: what
         plotting needs, without a record per sample."""
-        with self._session() as session:
+        with self.session() as session:
             full_id = self._resolve_run_id(session, run_id)
             query = (
                 select(PowerTraceChunk.source, PowerTraceChunk.times_s, PowerTraceChunk.power_w)
@@ -267,8 +259,12 @@ class Store:
             raise RuntimeError("the store is closed")
 
     @contextmanager
-    def _session(self) -> Iterator[Session]:
-        """A session in one transaction, committed on success and rolled back on error."""
+    def session(self) -> Iterator[Session]:
+        """A session in one transaction, committed on success and rolled back on error.
+
+        Public for the store package's own modules (assistant, requests, merge), which keep
+        their tables' SQL beside those tables; SQL outside store/ goes through Store methods.
+        """
         self._check_open()
         with self._sessions.begin() as session:
             yield session
@@ -278,7 +274,7 @@ class Store:
         # the loser's unique constraint fails, and a second try finds the winner's row.
         for attempt in range(2):
             try:
-                with self._session() as session:
+                with self.session() as session:
                     write(session)
                 return
             except IntegrityError:
