@@ -5,7 +5,6 @@ the `gguf` package), or random values for any config; always named as in model.p
 import json
 import re
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -433,7 +432,3 @@ class _RandomWeights:
         if name == "tok_embeddings.weight":
             self.embedding = full
         return full
-
-
-def with_max_seq_len(config: ModelConfig, max_seq_len: int) -> ModelConfig:
-    return replace(config, max_seq_len=max_seq_len)
