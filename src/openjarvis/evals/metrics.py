@@ -1,4 +1,4 @@
-"""The one place the figures of METRICS.md are computed, for the CLI, the store and reports.
+"""The one place a run's figures are computed, for the CLI, the store and reports.
 
 Ratios come with 95 % percentile bootstrap intervals over tasks (2,000 resamples, fixed seed).
 """
@@ -33,7 +33,7 @@ CONFIDENCE = 0.95
 
 @dataclass(frozen=True, slots=True)
 class TaskFigures:
-    """What metrics need of one task (METRICS.md symbols in comments)."""
+    """What metrics need of one task (the symbols of the formulas below in comments)."""
 
     samples: int  # n
     passed: int  # c
@@ -140,7 +140,7 @@ def _percentile(values: Sequence[float | None], q: float) -> float | None:
 
 
 def compute_figures(tasks: Sequence[TaskFigures], idle_error_w: float | None = None) -> RunFigures:
-    """All run figures of METRICS.md from per-task figures.
+    """All run figures from per-task figures.
 
     `idle_error_w`: the uncertainty of the idle baseline summed over the scope (W). Every
     task's net energy shares that error (times its duration), which resampling tasks cannot

@@ -1,6 +1,6 @@
 """Stored runs as plain rows and labels: the one place reports read a run's figures and provenance.
 
-A run's figures are the RunFigures dict `ipw measure` stored in `run.summary` (METRICS.md).
+A run's figures are the RunFigures dict `ipw measure` stored in `run.summary` (evals/metrics.py).
 """
 
 import dataclasses
@@ -36,7 +36,7 @@ __all__ = [
     "scope_label",
 ]
 
-# runtime.engines.LOCAL_ENGINE_KINDS, repeated: report may not import runtime (ARCHITECTURE.md).
+# runtime.engines.LOCAL_ENGINE_KINDS, repeated: report reads stored runs, never runtime.
 LOCAL_ENGINES = ("llamacpp", "torch")
 
 # Figures with intervals that tables, CSV and JSON carry, in display order, with their headings.
@@ -78,7 +78,7 @@ def coverage_names(coverage: Mapping[str, object], key: str) -> list[str]:
 
 def is_partial(run: RunRecord) -> bool:
     """A source in the run's scope could not be read: its energy is a smaller sum than the
-    scope names (METRICS.md, "Energy provenance"). Runs stored without coverage are not."""
+    scope names (docs/energy.md, "Scope"). Runs stored without coverage are not."""
     return bool(coverage_missing(run.energy_coverage))
 
 

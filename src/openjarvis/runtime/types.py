@@ -1,6 +1,7 @@
 """The engine interface: a request goes in, a completion with token counts and timings comes out.
 
-Timings follow METRICS.md ("Timing"): TTFT, prefill rate, decode rate, wall time, and MBU.
+Timings: TTFT, prefill rate, decode rate, wall time, and MBU (decode rate x bytes read per
+token over the measured memory bandwidth).
 """
 
 from collections.abc import Generator, Iterable
@@ -64,7 +65,7 @@ Request = GenerationRequest | ChatRequest
 class EnergyEstimate:
     """Energy that no local meter can read (a cloud model's), modelled from token counts.
 
-    Always method `estimate` (METRICS.md, "Cloud estimates"); `basis` names the constants.
+    Always method `estimate`: a cloud API reports no energy; `basis` names the constants.
     """
 
     source: str  # e.g. "estimate:cloud:frontier"
@@ -83,7 +84,7 @@ class Completion:
     decode_s: float | None  # first token to last token
     # Bytes read from memory per decoded token (weights + KV cache); None when not known.
     decode_bytes_per_token: float | None = None
-    # Share of the measured memory bandwidth the decode used (METRICS.md); None when unknown.
+    # Share of the measured memory bandwidth the decode used (MBU); None when unknown.
     memory_bandwidth_utilisation: float | None = None
     cost_usd: float | None = None  # what a paid API charged; None for local engines
     energy_estimate: EnergyEstimate | None = None  # set only where no meter can read the energy

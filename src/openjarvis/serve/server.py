@@ -292,7 +292,7 @@ def running_server(
 ) -> Iterator[EnergyServer]:
     """A server in a background thread with its own meter, for `jarvis serve`, tests and benches.
 
-    The meter reads the GPUs the engine runs on, not every visible one (METRICS.md)."""
+    The meter reads the GPUs the engine runs on, not every visible one (docs/energy.md, "Scope")."""
     with Meter.discover(scope=scope, gpus=engine.devices) as meter:
         if idle_seconds > 0:
             meter.measure_idle(idle_seconds)

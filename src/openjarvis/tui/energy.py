@@ -1,7 +1,7 @@
 """The energy of each reply and of the session, by model, for the status bar and `/cost`.
 
 A local reply's energy is the meter's window around it; a cloud reply's is the engine's
-labelled estimate (METRICS.md). Live watts come from the meter's trace.
+labelled estimate (docs/assistant.md). Live watts come from the meter's trace.
 """
 
 from dataclasses import dataclass

@@ -409,7 +409,8 @@ def build_model(
 
 class _RandomWeights:
     """Weights with the scale of a trained model (unit-variance activations), not zeros: decode
-    time must not depend on special values (METHOD.md: never time on zeros)."""
+    time must not depend on special values (a GPU can run faster on zeros, which would flatter
+    the timings)."""
 
     def __init__(self, config: ModelConfig, seed: int, device: torch.device, dtype: torch.dtype):
         self.config = config
