@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from openjarvis.cli.version import VersionOption
+
 __all__ = ["assistant_callback"]
 
 
@@ -23,6 +25,7 @@ def assistant_callback(
         ),
     ] = None,
     db: Annotated[str | None, typer.Option(help="Database URL or path (or OPENJARVIS_DB)")] = None,
+    version: VersionOption = False,
 ) -> None:
     """The energy-aware coding assistant: run `jarvis` in a project folder; /help inside."""
     if context.invoked_subcommand is not None:

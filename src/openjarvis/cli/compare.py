@@ -41,7 +41,10 @@ def compare_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids; the first is the baseline")],
     allow_mixed_scope: Annotated[
         bool,
-        typer.Option(help="Show runs of different or partial energy scopes side by side, labelled"),
+        typer.Option(
+            "--allow-mixed-scope",
+            help="Show runs of different or partial energy scopes side by side, labelled",
+        ),
     ] = False,
     db: DatabaseOption = None,
     json_output: JsonOption = False,
@@ -51,6 +54,13 @@ def compare_command(
         raise UserError("compare needs at least two run ids, e.g. `ipw compare 3f2a 9c1e`")
     with open_reader(db) as store:
         records = [store.get_run(run) for run in runs]
+        ids = [record.id for record in records]
+        if len(set(ids)) < len(ids):
+            twice = next(record for i, record in enumerate(records) if record.id in ids[:i])
+            raise UserError(
+                f"run {_short(twice)} is given twice; compare different runs, e.g. "
+                "`ipw compare 3f2a 9c1e`"
+            )
         tasks = [store.task_results(record.id or "") for record in records]
     for record, saved in zip(records, tasks, strict=True):
         if not saved:

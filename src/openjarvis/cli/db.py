@@ -27,6 +27,7 @@ __all__ = ["db_app"]
 db_app = typer.Typer(
     help="Combine results databases: export this one to a file, merge files into it.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # as `ipw`'s: flags shown as flags, not `--flag <bool>`
 )
 
 

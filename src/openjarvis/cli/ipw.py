@@ -22,6 +22,7 @@ from openjarvis.cli.evals import score_command, suites_command
 from openjarvis.cli.power import power_command
 from openjarvis.cli.report import report_command
 from openjarvis.cli.requests import requests_command
+from openjarvis.cli.version import VersionOption
 from openjarvis.errors import RunInterrupted, UserError
 from openjarvis.store import open_reader, refuse_if_live
 
@@ -32,7 +33,16 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain help: typer's rich help shows every flag as `--json <bool>`, as if it took a value.
+    rich_markup_mode=None,
 )
+
+
+@app.callback()
+def _options(version: VersionOption = False) -> None:
+    """OpenJarvis benchmarks: how much useful work a model does per joule on this machine."""
+
+
 app.command("power")(power_command)
 app.command("requests")(requests_command)
 app.command("runs")(results.runs_command)

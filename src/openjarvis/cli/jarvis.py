@@ -19,6 +19,8 @@ app = typer.Typer(
     help="OpenJarvis: local models with the joules of every reply.",
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain help: typer's rich help shows every flag as `--resume <bool>`, as if it took a value.
+    rich_markup_mode=None,
 )
 app.callback(invoke_without_command=True)(assistant_callback)
 app.command("serve")(serve_command)

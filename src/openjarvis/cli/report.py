@@ -38,6 +38,8 @@ def report_command(
     """Write a self-contained HTML report of stored runs, plus Markdown, CSV and JSON."""
     from openjarvis.report.write import PlotWorkers, ReportData, write_report
 
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {limit})")
     since_time = parse_since(since)  # a bad date is named before the database is looked for
     # Started first: the workers import matplotlib while this process reads the database.
     with PlotWorkers() as workers:

@@ -75,6 +75,8 @@ def runs_command(
     json_output: JsonOption = False,
 ) -> None:
     """List stored runs, newest first."""
+    if limit < 1:
+        raise UserError(f"--limit must be at least 1 (got {limit})")
     since_time = parse_since(since)
     with open_reader(db) as store:
         runs = store.list_runs(limit=limit, model=model, host=host, suite=suite, since=since_time)

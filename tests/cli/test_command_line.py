@@ -1,0 +1,113 @@
+"""What every `ipw` and `jarvis` command line owes a user: `--version`, flags shown as flags in
+help, and a bad count or a repeated run refused in one line with exit 2.
+
+Run as a user runs them: the real commands in a subprocess, with their own XDG_DATA_HOME.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openjarvis import __version__
+from openjarvis.store import open_store
+from tests.synthetic import add_run, make_host
+
+__all__: list[str] = []
+
+LAUNCH = {
+    "ipw": "from openjarvis.cli.ipw import main; main()",
+    "jarvis": "from openjarvis.cli.jarvis import main; main()",
+}
+
+
+def run(command: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "COLUMNS": "100"}
+    environment.pop("OPENJARVIS_DB", None)
+    return subprocess.run(
+        [sys.executable, "-c", LAUNCH[command], *args],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], message: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr
+
+
+@pytest.mark.parametrize("command", ["ipw", "jarvis"])
+def test_version(command: str, tmp_path: Path) -> None:
+    done = run(command, "--version", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"openjarvis {__version__}\n"
+
+
+HELP = [
+    ("ipw",),
+    *[
+        ("ipw", name)
+        for name in (
+            "measure",
+            "runs",
+            "show",
+            "compare",
+            "report",
+            "suites",
+            "score",
+            "power",
+            "requests",
+            "db",
+        )
+    ],
+    ("ipw", "db", "export"),
+    ("ipw", "db", "merge"),
+    ("jarvis",),
+    ("jarvis", "serve"),
+    ("jarvis", "models"),
+]
+FLAGS = {
+    ("ipw", "measure"): ["--all", "--allow-shared", "--json"],
+    ("ipw", "compare"): ["--allow-mixed-scope", "--json"],
+    ("ipw", "power"): ["--watch", "--json"],
+    ("jarvis", "serve"): ["--no-log"],
+    ("jarvis",): ["--resume", "--version"],
+    ("ipw",): ["--version"],
+}
+
+
+@pytest.mark.parametrize("words", HELP, ids=[" ".join(words) for words in HELP])
+def test_help_shows_flags_as_flags(words: tuple[str, ...], tmp_path: Path) -> None:
+    done = run(words[0], *words[1:], "--help", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "<bool>" not in done.stdout and "--no-" not in done.stdout.replace("--no-log", "")
+    lines = done.stdout.splitlines()
+    for flag in [*FLAGS.get(words, []), "--help"]:
+        # The flag, then at least two spaces and its help: no value after it.
+        line = next(line for line in lines if line.strip().startswith(flag + " "))
+        assert line.strip()[len(flag) :].startswith("  "), line
+
+
+@pytest.mark.parametrize("limit", ["0", "-3"])
+@pytest.mark.parametrize("command", ["runs", "report"])
+def test_limit_must_be_at_least_one(command: str, limit: str, tmp_path: Path) -> None:
+    done = run("ipw", command, "--limit", limit, tmp_path=tmp_path)
+    one_line_error(done, f"--limit must be at least 1 (got {limit})")
+
+
+def test_compare_refuses_the_same_run_twice(tmp_path: Path) -> None:
+    db = str(tmp_path / "ipw.db")
+    with open_store(db) as store:
+        run_id = add_run(store, make_host("laptop"), tasks=3)
+        other = add_run(store, make_host("laptop"), tasks=3, seed=1)
+    # Twice by different prefixes of one id is still the same run.
+    done = run("ipw", "compare", run_id[:6], other, run_id, "--db", db, tmp_path=tmp_path)
+    one_line_error(done, f"run {run_id[:8]} is given twice")
+    done = run("ipw", "compare", run_id, other, "--db", db, "--json", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
