@@ -85,6 +85,13 @@ def test_generate_times_tokens_and_honours_stop_sequences(engine: TorchEngine) -
     assert stopped.completion_tokens < free.completion_tokens
 
 
+def test_cpu_bandwidth_is_unknown_not_zero_and_so_is_the_mbu(engine: TorchEngine) -> None:
+    assert engine.bandwidth_bytes_per_s is None
+    assert engine.settings_dict()["memory_bandwidth_gb_per_s"] is None
+    completion = engine.generate(GenerationRequest("1, 2, 3,", max_tokens=3))
+    assert completion.memory_bandwidth_utilisation is None
+
+
 def test_no_max_tokens_runs_to_the_end_of_the_context(engine: TorchEngine) -> None:
     # max_tokens None once reached `len(prompt) + None` (a TypeError), as mypy found.
     assert engine.tokenizer is not None

@@ -153,7 +153,9 @@ class TorchEngine:
             self._stop_workers()
             raise
         self.config = self._rank.model.config
-        self.bandwidth_bytes_per_s = _device_bandwidth(self._rank.device) * settings.tp
+        bandwidth = _device_bandwidth(self._rank.device)
+        # None on the CPU: not measured, so the engine reports no MBU.
+        self.bandwidth_bytes_per_s = bandwidth * settings.tp if bandwidth is not None else None
 
     @property
     def model_name(self) -> str:
@@ -171,7 +173,7 @@ class TorchEngine:
             "all_reduce_table": self._rank.all_reduce_table,
             "fused_gemv_table": self._rank.fused_gemv_table,
             "memory_bandwidth_gb_per_s": self.bandwidth_bytes_per_s / 1e9
-            if self.bandwidth_bytes_per_s
+            if self.bandwidth_bytes_per_s is not None
             else None,
         }
 
@@ -296,7 +298,7 @@ class TorchEngine:
         decode_s = times[-1] - times[0] if times else None
         bytes_per_token = self.decode_bytes_per_token()
         mbu = None
-        if self.bandwidth_bytes_per_s and decode_s and len(times) > 1:
+        if self.bandwidth_bytes_per_s is not None and decode_s and len(times) > 1:
             mbu = (len(times) - 1) / decode_s * bytes_per_token / self.bandwidth_bytes_per_s
         return Completion(
             text=text,
@@ -575,11 +577,11 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _device_bandwidth(device: torch.device) -> float:
+def _device_bandwidth(device: torch.device) -> float | None:
     """Copy bandwidth of one GPU (bytes read + written per second, best of 5 copies of 1 GiB);
-    0 on the CPU, where the engine reports no MBU."""
+    None on the CPU: not measured there, so the engine reports no MBU."""
     if device.type != "cuda":
-        return 0.0
+        return None
     source = torch.empty(1 << 29, dtype=torch.float16, device=device).normal_()
     target = torch.empty_like(source)
     best_s = float("inf")
