@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from openjarvis.cli.ipw import app
 from openjarvis.errors import UserError
 from openjarvis.report.accounting import WindowFlags, accounting
-from openjarvis.report.runs import frontiers, pareto_frontier
+from openjarvis.report.plots import tokens_plot
+from openjarvis.report.runs import figure, frontiers, pareto_frontier
 from openjarvis.store import RunRecord, open_store
 from tests.synthetic import add_run, make_host
 
@@ -190,6 +191,22 @@ def test_a_run_without_energy_figures_is_listed_and_said_not_drawn(
     document = json.loads((out / "report.json").read_text())
     frontier_ids = {i for members in document["pareto_frontiers"].values() for i in members}
     assert two_machines["wasteful"] not in frontier_ids
+
+
+def test_an_unknown_decode_rate_is_no_bar_and_says_unknown(db: str, two_machines) -> None:
+    with open_store(db) as store:
+        runs = [store.get_run(two_machines[name]) for name in ("small", "medium")]
+    assert runs[0] is not None and runs[1] is not None and runs[0].summary is not None
+    assert figure(runs[0], "decode_tokens_per_s")[0] is not None
+    assert "unknown" not in tokens_plot(runs).svg
+    unknown = {"value": None, "low": None, "high": None, "null_reason": "too-few-tokens"}
+    runs[0] = replace(runs[0], summary={**runs[0].summary, "decode_tokens_per_s": unknown})
+    svg = tokens_plot(runs).svg
+    assert svg.count("— unknown") == 1
+    # One bar fewer: a 0-wide bar would still be drawn as a path of the run's colour.
+    measured = replace(runs[0], summary={**runs[0].summary, "decode_tokens_per_s": 1.0})
+    bars = tokens_plot([measured, runs[1]]).svg.count('<g id="patch_')
+    assert svg.count('<g id="patch_') < bars
 
 
 def test_plots_drawn_in_this_process_equal_those_of_the_forked_workers(

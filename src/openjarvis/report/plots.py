@@ -114,17 +114,25 @@ def tokens_plot(groups: Sequence[RunRecord]) -> Plot:
         energy_axes, rate_axes = fig.subplots(1, 2, sharey=True)
         whisker_rows(energy_axes, groups, "joules_per_output_token", colours)
         energy_axes.set_xlabel("joules per output token, lower is better")
-        rates = [figure(run, "decode_tokens_per_s")[0] or 0.0 for run in groups]
+        rates = [figure(run, "decode_tokens_per_s")[0] for run in groups]
+        known = [row for row, rate in enumerate(rates) if rate is not None]
         rate_axes.barh(
-            range(len(groups)), rates, color=[colours[host_label(run)] for run in groups]
+            known,
+            [rates[row] for row in known],
+            color=[colours[host_label(groups[row])] for row in known],
         )
+        # An unknown rate gets no bar (a bar of 0 would read as measured) and says so.
+        for row, rate in enumerate(rates):
+            if rate is None:
+                rate_axes.text(0, row, " — unknown", va="center", ha="left", color="0.4")
         rate_axes.set_xlabel("decode tokens/s (median task)")
         rate_axes.grid(axis="x", alpha=0.3)
 
     return Plot(
         "tokens",
         "Joules per output token and decode rate",
-        "Left: joules per output token with 95 % intervals. Right: the median task's decode rate.",
+        "Left: joules per output token with 95 % intervals. Right: the median task's decode rate "
+        "('— unknown' where a run has none).",
         draw_svg(draw, 7.0, rows_height_in(len(groups)), labels_width_in(row_labels(groups))),
     )
 
