@@ -1,12 +1,14 @@
 """The cloud engine against a scripted server on loopback: formats, retries, keys, cost, energy."""
 
 import logging
+from typing import get_args
 
 import pytest
 
 from openjarvis.errors import UserError
-from openjarvis.runtime.cloud import CloudEngine, CloudSettings
+from openjarvis.runtime.cloud import CloudEngine, CloudSettings, Provider
 from openjarvis.runtime.cloud_tables import cost_usd, energy_class, estimate_energy
+from openjarvis.runtime.engines import CLOUD_ENGINE_KINDS
 from openjarvis.runtime.types import ChatMessage, ChatRequest, GenerationRequest
 from tests.runtime.stub_server import Reply, sse, stub_server
 
@@ -185,3 +187,8 @@ def test_price_and_energy_tables() -> None:
     assert energy_class("gemma-3-270m-Q4_K_M").name == "small"
     assert energy_class("claude-3-5-sonnet-latest").name == "frontier"
     assert estimate_energy("gpt-4o", 0, 0).energy_j == 0
+
+
+def test_the_providers_are_the_cloud_engine_kinds() -> None:
+    # The Literal is a type and cannot be built from the tuple; this keeps the two one list.
+    assert get_args(Provider) == CLOUD_ENGINE_KINDS

@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.store import RunRecord
 
 __all__ = [
     "FIGURE_COLUMNS",
-    "LOCAL_ENGINES",
     "Interval",
     "coverage_missing",
     "coverage_names",
@@ -36,9 +36,6 @@ __all__ = [
     "scope_label",
 ]
 
-# runtime.engines.LOCAL_ENGINE_KINDS, repeated: report reads stored runs, never runtime.
-LOCAL_ENGINES = ("llamacpp", "torch")
-
 # Figures with intervals that tables, CSV and JSON carry, in display order, with their headings.
 FIGURE_COLUMNS = {
     "accuracy": "accuracy",
@@ -56,7 +53,7 @@ Interval = tuple[float | None, float | None, float | None]  # value, low, high
 
 def is_cloud(run: RunRecord) -> bool:
     """A run on a remote API, whose energy nobody here can read."""
-    return run.engine not in LOCAL_ENGINES
+    return run.engine not in LOCAL_ENGINE_KINDS
 
 
 def is_estimate(run: RunRecord) -> bool:

@@ -11,6 +11,7 @@ from openjarvis.runtime.models import ModelFile, resolve_model
 from openjarvis.runtime.types import Engine
 
 __all__ = [
+    "CLOUD_ENGINE_KINDS",
     "ENGINE_KINDS",
     "LOCAL_ENGINE_KINDS",
     "EngineSpec",
@@ -19,7 +20,9 @@ __all__ = [
 ]
 
 LOCAL_ENGINE_KINDS = ("llamacpp", "torch")  # run here: the meter measures their energy
-ENGINE_KINDS = (*LOCAL_ENGINE_KINDS, "openai", "anthropic")
+# The one list of engine kinds: the rest of the tree imports these (cloud.Provider is their type).
+CLOUD_ENGINE_KINDS = ("openai", "anthropic")  # remote APIs: energy is an estimate
+ENGINE_KINDS = (*LOCAL_ENGINE_KINDS, *CLOUD_ENGINE_KINDS)
 
 
 @dataclass(frozen=True, slots=True)

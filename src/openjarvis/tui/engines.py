@@ -8,14 +8,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from openjarvis.errors import UserError
-from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
+from openjarvis.runtime.engines import (
+    CLOUD_ENGINE_KINDS,
+    EngineSpec,
+    open_engine,
+    resolve_engine_model,
+)
 from openjarvis.runtime.llamacpp import LlamaCppEngine
 from openjarvis.runtime.model_kind import base_model_note, read_model_kind
 from openjarvis.runtime.types import Engine
 
-__all__ = ["CLOUD_PROVIDERS", "LoadedModel", "ModelOpener", "engine_spec", "open_model"]
-
-CLOUD_PROVIDERS = ("openai", "anthropic")
+__all__ = ["LoadedModel", "ModelOpener", "engine_spec", "open_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +34,7 @@ class LoadedModel:
 
     @property
     def is_cloud(self) -> bool:
-        return self.engine.kind in CLOUD_PROVIDERS
+        return self.engine.kind in CLOUD_ENGINE_KINDS
 
 
 ModelOpener = Callable[[str | None], LoadedModel]
@@ -43,7 +46,7 @@ def engine_spec(spec: str | None) -> EngineSpec:
     if spec is None or spec == "default":
         return EngineSpec()
     provider, colon, rest = spec.partition(":")
-    if colon and provider in CLOUD_PROVIDERS:
+    if colon and provider in CLOUD_ENGINE_KINDS:
         model, at, base_url = rest.partition("@")
         if not model:
             raise UserError(f"{spec!r} names no model; write {provider}:MODEL[@BASE_URL]")
