@@ -4,9 +4,12 @@ help, and a bad count or a repeated run refused in one line with exit 2.
 Run as a user runs them: the real commands in a subprocess, with their own XDG_DATA_HOME.
 """
 
+import ast
+import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -23,8 +26,15 @@ LAUNCH = {
 }
 
 
-def run(command: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "COLUMNS": "100"}
+def run(
+    command: str, *args: str, tmp_path: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = {
+        **os.environ,
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "COLUMNS": "100",
+        **(env or {}),
+    }
     environment.pop("OPENJARVIS_DB", None)
     return subprocess.run(
         [sys.executable, "-c", LAUNCH[command], *args],
@@ -111,3 +121,42 @@ def test_compare_refuses_the_same_run_twice(tmp_path: Path) -> None:
     one_line_error(done, f"run {run_id[:8]} is given twice")
     done = run("ipw", "compare", run_id, other, "--db", db, "--json", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def test_runs_since_without_an_offset_is_local_time(tmp_path: Path) -> None:
+    """As `ipw requests` reads it: 12 hours behind UTC, an hour from now on the local clock
+    is after a run started now (a UTC reading would put it 11 hours before)."""
+    db = str(tmp_path / "ipw.db")
+    with open_store(db) as store:
+        run_id = add_run(store, make_host("laptop"), tasks=2)
+    local_now = datetime.now(UTC).astimezone(timezone(timedelta(hours=-12))).replace(tzinfo=None)
+
+    def listed(since: datetime) -> list[str]:
+        done = run(
+            "ipw",
+            *("runs", "--db", db, "--json", "--since", since.isoformat(timespec="minutes")),
+            tmp_path=tmp_path,
+            env={"TZ": "Etc/GMT+12"},  # POSIX sign: UTC-12
+        )
+        assert done.returncode == 0, done.stderr
+        return [row["run_id"] for row in json.loads(done.stdout)]
+
+    assert listed(local_now + timedelta(hours=1)) == []
+    assert listed(local_now - timedelta(hours=1)) == [run_id]
+
+
+def test_one_function_in_cli_formats_an_estimate() -> None:
+    """`ipw measure`, `show`, `compare` and `score` write `value [low, high]` through
+    results.interval_text (over report.runs.format_interval); a second formatter drifts."""
+    cli = Path(__file__).parents[2] / "src" / "openjarvis" / "cli"
+    taking_an_estimate = [
+        f"{path.name}:{node.name}"
+        for path in sorted(cli.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef)
+        and any(
+            "Estimate" in ast.unparse(arg.annotation or ast.Constant(None))
+            for arg in node.args.args
+        )
+    ]
+    assert taking_an_estimate == ["results.py:interval_text"]

@@ -4,13 +4,17 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from openjarvis.store import RequestLogRecord, log_request, open_store
 
 
-def _record(energy_j: float | None, tokens: int) -> RequestLogRecord:
+def _record(
+    energy_j: float | None, tokens: int, started_at: datetime | None = None
+) -> RequestLogRecord:
     return RequestLogRecord(
+        started_at=started_at,
         endpoint="/v1/chat/completions",
         model_name="gemma",
         engine="llamacpp",
@@ -30,8 +34,8 @@ def _record(energy_j: float | None, tokens: int) -> RequestLogRecord:
     )
 
 
-def _ipw(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "140"}
+def _ipw(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "140", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "openjarvis", "requests", *args],
         capture_output=True,
@@ -69,5 +73,26 @@ def test_bad_since_is_one_line() -> None:
     done = _ipw("--since", "yesterday")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error: --since 'yesterday' is not a date; use e.g. 2026-11-30 or 2026-11-30T09:00"
+        "error: --since takes a date or local time such as 2026-01-31 or 2026-01-31T14:00, "
+        "not 'yesterday'"
     ]
+
+
+def test_since_without_an_offset_is_local_time(tmp_path: Path) -> None:
+    """As `ipw runs` reads it: in a zone 12 hours behind UTC, a request at 12:00 UTC was at
+    00:00 local, so --since 06:00 (local) leaves it out, which a UTC reading would not."""
+    db = tmp_path / "ipw.db"
+    with open_store(str(db)) as store:
+        log_request(store, _record(2.0, 20, started_at=datetime(2026, 11, 30, 12, tzinfo=UTC)))
+    west = {"TZ": "Etc/GMT+12"}  # POSIX sign: UTC-12
+
+    def listed(since: str) -> int:
+        done = _ipw("--db", str(db), "--json", "--since", since, env=west)
+        assert done.returncode == 0, done.stderr
+        return int(json.loads(done.stdout)["totals"]["requests"])
+
+    assert listed("2026-11-30T06:00") == 0
+    assert listed("2026-11-29T23:00") == 1
+    assert listed("2026-11-30T06:00+00:00") == 1  # an offset is taken as given
+    table = _ipw("--db", str(db), env=west).stdout
+    assert "2026-11-30 00:00:00" in table  # shown in local time too

@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from openjarvis.cli.results import interval_text
 from openjarvis.evals.completions import ScoreReport, score_file
-from openjarvis.evals.metrics import Estimate
 from openjarvis.evals.suites import list_suites
 
 __all__ = ["score_command", "suites_command"]
@@ -56,25 +56,17 @@ def score_command(
     _print_report(report, Console())
 
 
-def _interval(estimate: Estimate) -> str:
-    if estimate.value is None:
-        return "—"
-    if estimate.low is None or estimate.high is None:
-        return f"{estimate.value:.3f}"
-    return f"{estimate.value:.3f}  [{estimate.low:.3f}, {estimate.high:.3f}]"
-
-
 def _print_report(report: ScoreReport, console: Console) -> None:
     table = Table(title=f"ipw score · {report.suite} · {report.completions_path}")
     table.add_column("figure")
-    table.add_column("value  [95 % interval]", justify="right")
+    table.add_column("value [95 % interval]", justify="right")
     table.add_row(
         "tasks",
         f"{report.tasks_scored} of {report.suite_tasks}, at least "
         f"{report.samples_per_task} sample(s) each ({report.completions} completions)",
     )
     for k, estimate in report.pass_at_k.items():
-        table.add_row(f"pass@{k}", _interval(estimate))
+        table.add_row(f"pass@{k}", interval_text(estimate))
     statuses = ", ".join(f"{count} {status}" for status, count in sorted(report.statuses.items()))
     table.add_row("outcomes", statuses)
     console.print(table)

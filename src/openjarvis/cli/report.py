@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from openjarvis.cli.results import DatabaseOption, parse_since
+from openjarvis.cli.results import SINCE_HELP, DatabaseOption, parse_since
 from openjarvis.errors import UserError
 from openjarvis.store import PowerSeries, RunRecord, Store, open_reader
 
@@ -27,7 +27,9 @@ def report_command(
     model: Annotated[str | None, typer.Option(help="Only this model (by name)")] = None,
     host: Annotated[str | None, typer.Option(help="Only this hostname or fingerprint")] = None,
     suite: Annotated[str | None, typer.Option(help="Only this suite")] = None,
-    since: Annotated[str | None, typer.Option(help="Only runs started on or after DATE")] = None,
+    since: Annotated[
+        str | None, typer.Option(help=f"Only runs started on or after DATE, {SINCE_HELP}")
+    ] = None,
     limit: Annotated[int | None, typer.Option(help="At most N runs, newest first")] = None,
     trace: Annotated[
         list[str] | None,

@@ -5,32 +5,21 @@ The joules of a coding session that used the server (aider, OpenCode, any OpenAI
 
 import dataclasses
 import json
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from openjarvis.errors import UserError
+from openjarvis.cli.results import SINCE_HELP, parse_since
 
 __all__ = ["requests_command"]
 
 
-def _since(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UserError(
-            f"--since {text!r} is not a date; use e.g. 2026-11-30 or 2026-11-30T09:00"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def requests_command(
-    since: Annotated[str | None, typer.Option(help="Only requests from this UTC date/time")] = None,
+    since: Annotated[
+        str | None, typer.Option(help=f"Only requests from DATE on, {SINCE_HELP}")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Only this model")] = None,
     last: Annotated[int, typer.Option(help="Rows to show (the totals count all)")] = 20,
     db: Annotated[str | None, typer.Option(help="Database URL or path (or OPENJARVIS_DB)")] = None,
@@ -39,7 +28,7 @@ def requests_command(
     """List the requests `jarvis serve` logged, with joules per request and in total."""
     from openjarvis.store import open_reader, request_logs
 
-    since_time = _since(since)  # a bad date is named before the database is looked for
+    since_time = parse_since(since)  # a bad date is named before the database is looked for
     with open_reader(db) as store:
         logs = request_logs(store, since=since_time, model=model)
     known = [r.energy_j for r in logs if r.energy_j is not None]
@@ -56,12 +45,13 @@ def requests_command(
         typer.echo(json.dumps({"totals": totals, "requests": rows}, indent=2))
         return
     table = Table(title=f"jarvis serve requests ({len(logs)})")
-    for column in ("started (UTC)", "endpoint", "model", "tokens out", "J", "method", "J/token"):
+    for column in ("started", "endpoint", "model", "tokens out", "J", "method", "J/token"):
         table.add_column(column, justify="right" if column[0] in "tJ" else "left")
     for r in logs[-last:]:
         per_token = r.energy_j / r.completion_tokens if r.energy_j and r.completion_tokens else None
         table.add_row(
-            f"{r.started_at:%Y-%m-%d %H:%M:%S}" if r.started_at else "—",
+            # Local time, as --since reads it and `ipw runs` shows runs.
+            f"{r.started_at.astimezone():%Y-%m-%d %H:%M:%S}" if r.started_at else "—",
             r.endpoint.removeprefix("/v1/"),
             r.model_name,
             str(r.completion_tokens),

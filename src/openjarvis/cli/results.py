@@ -39,6 +39,7 @@ from openjarvis.report.runs import (
 from openjarvis.store import RunRecord, TaskResultRecord, open_reader, shown_state
 
 __all__ = [
+    "SINCE_HELP",
     "DatabaseOption",
     "JsonOption",
     "interval_text",
@@ -53,6 +54,10 @@ DatabaseOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")]
 
 
+# Every --since (runs, report, requests) says the same; parse_since applies it.
+SINCE_HELP = "local time unless it has an offset: 2026-01-31, 2026-01-31T14:00, ...T14:00+00:00"
+
+
 def parse_since(text: str | None) -> datetime | None:
     """A date or date-time as users type it; without an offset it is local time."""
     if text is None:
@@ -61,7 +66,8 @@ def parse_since(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text).astimezone()
     except ValueError:
         raise UserError(
-            f"--since takes a date such as 2026-01-31 or 2026-01-31T14:00, not {text!r}"
+            f"--since takes a date or local time such as 2026-01-31 or 2026-01-31T14:00, "
+            f"not {text!r}"
         ) from None
 
 
@@ -69,7 +75,9 @@ def runs_command(
     model: Annotated[str | None, typer.Option(help="Only this model (by name)")] = None,
     host: Annotated[str | None, typer.Option(help="Only this hostname or fingerprint")] = None,
     suite: Annotated[str | None, typer.Option(help="Only this suite")] = None,
-    since: Annotated[str | None, typer.Option(help="Only runs started on or after DATE")] = None,
+    since: Annotated[
+        str | None, typer.Option(help=f"Only runs started on or after DATE, {SINCE_HELP}")
+    ] = None,
     limit: Annotated[int, typer.Option(help="Show at most N runs, newest first")] = 50,
     db: DatabaseOption = None,
     json_output: JsonOption = False,

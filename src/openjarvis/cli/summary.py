@@ -5,21 +5,12 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from openjarvis.evals.metrics import Estimate
+from openjarvis.cli.results import interval_text
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.evals.runner import MeasureResult
 from openjarvis.report.runs import coverage_missing, coverage_names, scope_label
 
 __all__ = ["print_summary", "summary_dict"]
-
-
-def _with_interval(estimate: Estimate, digits: int = 3, scale: float = 1.0) -> str:
-    if estimate.value is None:
-        return "—"
-    text = f"{estimate.value * scale:.{digits}g}"
-    if estimate.low is not None and estimate.high is not None:
-        text += f"  [{estimate.low * scale:.{digits}g}, {estimate.high * scale:.{digits}g}]"
-    return text
 
 
 def _plain(value: float | None, fmt: str) -> str:
@@ -58,17 +49,17 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     label = f" ({method})" if method != "counter" else ""
     table = Table(title=f"ipw measure · {result.model_name} · run {result.run_id[:8]}")
     table.add_column("figure")
-    table.add_column("value  [95 % interval]", justify="right")
+    table.add_column("value [95 % interval]", justify="right")
     table.add_row("tasks", f"{figures.tasks} tasks, {figures.samples} sample(s) each")
     table.add_row("prompting · model kind", _prompting_text(result))
-    table.add_row("accuracy (pass@1)", _with_interval(figures.accuracy))
+    table.add_row("accuracy (pass@1)", interval_text(figures.accuracy))
     for k, estimate in figures.pass_at_k.items():
         if k > 1:
-            table.add_row(f"pass@{k}", _with_interval(estimate))
-    table.add_row(f"mean J per task{label}", _with_interval(figures.mean_energy_j))
-    table.add_row(f"mean J per task, net of idle{label}", _with_interval(figures.mean_net_energy_j))
-    table.add_row(f"accuracy per joule{label}", _with_interval(figures.accuracy_per_joule))
-    table.add_row(f"mean W{label}", _with_interval(figures.mean_power_w))
+            table.add_row(f"pass@{k}", interval_text(estimate))
+    table.add_row(f"mean J per task{label}", interval_text(figures.mean_energy_j))
+    table.add_row(f"mean J per task, net of idle{label}", interval_text(figures.mean_net_energy_j))
+    table.add_row(f"accuracy per joule{label}", interval_text(figures.accuracy_per_joule))
+    table.add_row(f"mean W{label}", interval_text(figures.mean_power_w))
     phase = result.phase_energy
     table.add_row(
         f"J per prompt token / per output token{label}",
