@@ -156,8 +156,10 @@ class PeerAllReduce:
         self.buffer, self.buffers, self.pads = symmetric_buffers(
             group, device, dtype, 2 * self.capacity
         )
-        # One uint32 slot per (program, peer) in each pad, zeroed by torch at allocation.
-        self.programs_max = min(132, signal_pad_bytes() // 4 // self.world_size)
+        # One uint32 slot per (program, peer) in each pad, zeroed by torch at allocation; at most
+        # one program per SM of this GPU.
+        sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+        self.programs_max = min(sm_count, signal_pad_bytes() // 4 // self.world_size)
         self.epochs = torch.zeros(self.programs_max, dtype=torch.int32, device=device)
 
     def __call__(self, x: Tensor) -> Tensor:
