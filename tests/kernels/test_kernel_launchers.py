@@ -2,6 +2,7 @@
 decision, and the collective fallback on the CPU (the GPU kernel itself runs in
 benchmarks/kernels_all_reduce.py on the GPU machine)."""
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from openjarvis.kernels import AllReduce, SizeTable, check_message  # noqa: E402
+from openjarvis.kernels.handles import Handles  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -68,3 +70,22 @@ def test_all_reduce_on_the_cpu_sums_the_ranks(tmp_path: Path) -> None:
     expected = torch.arange(6, dtype=torch.float32) * 3
     for rank in range(2):
         assert torch.equal(torch.load(f"{results}.{rank}"), expected)
+
+
+def test_an_operator_handle_does_not_keep_its_object_alive() -> None:
+    """The caller owns a kernel object; the handle table only finds it while the caller holds
+    it, and a call after that names what went wrong instead of reading a freed object."""
+
+    class Op:
+        pass
+
+    handles: Handles[Op] = Handles("Op")
+    op = Op()
+    handle = handles.add(op)
+    assert handles.get(handle) is op
+    assert handles.add(Op()) != handle  # handles are not reused
+    del op
+    gc.collect()
+    assert len(handles) == 0
+    with pytest.raises(RuntimeError, match="Op 0 was released by its owner"):
+        handles.get(handle)

@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from openjarvis.kernels.handles import Handles
+
 __all__ = ["AllReduce", "SizeTable", "graph_call_us", "measure_size_table", "median_call_us"]
 
 Choice = Literal["auto", "nccl", "peer"]
@@ -39,13 +41,13 @@ class SizeTable:
         return limit
 
 
-# Every AllReduce of this process, so that the operator can find its instance from an integer.
-_INSTANCES: list["AllReduce"] = []
+# The operator finds its AllReduce from an integer; the caller owns the object (weakly listed).
+_HANDLES: Handles["AllReduce"] = Handles("AllReduce")
 
 
 @torch.library.custom_op("openjarvis::all_reduce_", mutates_args=("x",))
 def _all_reduce_op(x: Tensor, instance: int) -> None:
-    _INSTANCES[instance].reduce(x)
+    _HANDLES.get(instance).reduce(x)
 
 
 @_all_reduce_op.register_fake
@@ -54,7 +56,8 @@ def _(x: Tensor, instance: int) -> None:
 
 
 class AllReduce:
-    """In-place sum over `group`: x -> x. One instance per process, built before graph capture."""
+    """In-place sum over `group`: x -> x. One instance per process, built before graph capture
+    and held by its caller (the tensor-parallel layers) for as long as they call it."""
 
     def __init__(
         self,
@@ -88,8 +91,7 @@ class AllReduce:
         elif self.peer is not None:
             self.table = measure_size_table(self.peer, group, device, dtype, max_bytes)
             self.peer_max_bytes = self.table.peer_max_bytes
-        self.instance = len(_INSTANCES)
-        _INSTANCES.append(self)
+        self.instance = _HANDLES.add(self)
 
     def __call__(self, x: Tensor) -> Tensor:
         torch.ops.openjarvis.all_reduce_(x, self.instance)

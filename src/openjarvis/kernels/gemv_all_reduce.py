@@ -22,6 +22,7 @@ import triton.language as tl
 from torch import Tensor
 
 from openjarvis.kernels.all_reduce import graph_call_us
+from openjarvis.kernels.handles import Handles
 from openjarvis.kernels.peer_all_reduce import _barrier, signal_pad_bytes, symmetric_buffers
 
 __all__ = ["DecodeGemvs", "GemvAllReduce", "gemv_rows_per_program"]
@@ -88,13 +89,13 @@ def gemv_rows_per_program(n: int, programs_max: int) -> int:
     return rows
 
 
-# Every GemvAllReduce of this process, so that the operator can find its instance.
-_INSTANCES: list["GemvAllReduce"] = []
+# The operator finds its GemvAllReduce from an integer; the caller owns the object (weakly listed).
+_HANDLES: Handles["GemvAllReduce"] = Handles("GemvAllReduce")
 
 
 @torch.library.custom_op("openjarvis::gemv_all_reduce", mutates_args=())
 def _gemv_all_reduce_op(x: Tensor, weight: Tensor, instance: int) -> Tensor:
-    return _INSTANCES[instance](x, weight)
+    return _HANDLES.get(instance)(x, weight)
 
 
 @_gemv_all_reduce_op.register_fake
@@ -121,8 +122,7 @@ class GemvAllReduce:
         programs_max = signal_pad_bytes() // 4 // self.world_size
         self.block_n = gemv_rows_per_program(max_rows, programs_max)
         self.epochs = torch.zeros(programs_max, dtype=torch.int32, device=device)
-        self.instance = len(_INSTANCES)
-        _INSTANCES.append(self)
+        self.instance = _HANDLES.add(self)
 
     def op(self, x: Tensor, weight: Tensor) -> Tensor:
         """The same product through the registered operator (what a compiled model calls)."""

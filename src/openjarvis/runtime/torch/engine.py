@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.distributed as dist
@@ -39,6 +39,9 @@ from openjarvis.runtime.types import (
     final_completion,
     held_back,
 )
+
+if TYPE_CHECKING:  # the kernels need Triton, imported only when tensor parallelism runs
+    from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
 
 __all__ = ["TorchEngine", "TorchSettings"]
 
@@ -355,7 +358,8 @@ class _Rank:
         self.all_reduce_table: dict[str, str] | None = None
         self.fused_gemv_table: dict[str, str] | None = None
         shard = None
-        decode_gemvs = None
+        # The fused decode products of every shape timed, owned here for the engine's lifetime.
+        self.decode_gemvs: DecodeGemvs | None = None
         if self.world_size > 1:
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             dist.init_process_group(
@@ -375,9 +379,9 @@ class _Rank:
             self.all_reduce = AllReduce(world, self.device, dtype, settings.all_reduce)
             self.all_reduce_table = self.all_reduce.table_summary()
             if self.all_reduce.peer is not None and settings.fused_gemv != "off":
-                from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
+                from openjarvis.kernels import gemv_all_reduce
 
-                decode_gemvs = DecodeGemvs(
+                self.decode_gemvs = gemv_all_reduce.DecodeGemvs(
                     world, self.device, dtype, self.all_reduce.reduce,
                     settings.fused_gemv,
                 )  # fmt: skip
@@ -386,11 +390,11 @@ class _Rank:
                 self.world_size,
                 self.all_reduce,
                 all_gather_last_dim(),
-                decode_gemvs.for_shape if decode_gemvs else None,
+                self.decode_gemvs.for_shape if self.decode_gemvs else None,
             )
         self.model = _load(spec, self.device, dtype, shard)
-        if decode_gemvs is not None:
-            self.fused_gemv_table = decode_gemvs.summary()
+        if self.decode_gemvs is not None:
+            self.fused_gemv_table = self.decode_gemvs.summary()
         self.model.setup_caches(1, dtype)
         self.token = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self.position = torch.zeros(1, dtype=torch.long, device=self.device)
