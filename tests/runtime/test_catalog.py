@@ -63,13 +63,14 @@ def test_list_models_reads_quantisation_and_parameters(hub: Path, tmp_path: Path
     chat = write_gguf(
         tmp_path / "mine" / "chat.gguf", {**TINY, "tokenizer.chat_template": "{{ messages }}"}
     )
-    (tmp_path / "mine" / "broken.gguf").write_bytes(b"GGUF\x03\0\0\0")
+    (tmp_path / "mine" / "broken-Q6_K.gguf").write_bytes(b"GGUF\x03\0\0\0")
     entries = {e.name: e for e in list_models([tmp_path / "mine"], include_embedded=False)}
     mine = entries[str(local)]
     assert (mine.origin, mine.quantisation, mine.parameters) == ("local", "Q4_K_M", 20)
     assert (mine.kind, entries[str(chat)].kind) == ("base", "chat")
-    broken = entries[str(tmp_path / "mine" / "broken.gguf")]
+    broken = entries[str(tmp_path / "mine" / "broken-Q6_K.gguf")]
     assert broken.parameters is None and broken.problem and "damaged" in broken.problem
+    assert broken.quantisation == "Q6_K"  # no header to read: the file name's
     coder = entries["acme/coder-GGUF/coder-Q4_K_M"]
     assert (coder.origin, coder.parameters) == ("huggingface", 64)
 

@@ -11,7 +11,7 @@ from openjarvis.errors import UserError
 from openjarvis.runtime.gguf import read_gguf_header
 from openjarvis.runtime.hf_cache import cached_ggufs
 from openjarvis.runtime.model_kind import classify_model
-from openjarvis.runtime.models import check_gguf, embedded_default
+from openjarvis.runtime.models import check_gguf, embedded_default, model_quantisation
 
 __all__ = ["CatalogEntry", "list_models"]
 
@@ -24,7 +24,7 @@ class CatalogEntry:
     origin: Origin
     path: Path
     size_bytes: int
-    quantisation: str | None  # from the GGUF's general.file_type
+    quantisation: str | None  # the GGUF's general.file_type, else the file name's (models.py)
     parameters: int | None  # summed over the GGUF's tensor shapes
     problem: str | None = None  # why the header could not be read; the file is still listed
     kind: str | None = None  # "base" or "chat" (runtime/model_kind.py); None: unknown
@@ -37,14 +37,15 @@ def _entry(name: str, origin: Origin, path: Path, size_bytes: int | None = None)
         check_gguf(path)
         header = read_gguf_header(path)
     except UserError as error:
-        return CatalogEntry(name, origin, path, size, None, None, problem=str(error))
+        quantisation = model_quantisation(None, path.name)
+        return CatalogEntry(name, origin, path, size, quantisation, None, problem=str(error))
     kind = classify_model(header)
     return CatalogEntry(
         name,
         origin,
         path,
         size,
-        header.quantisation,
+        model_quantisation(header, path.name),
         header.parameter_count,
         kind=kind.kind,
         kind_evidence=kind.evidence,

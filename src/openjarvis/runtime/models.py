@@ -9,9 +9,17 @@ from pathlib import Path
 
 from openjarvis.errors import UserError
 from openjarvis.paths import user_cache_dir
+from openjarvis.runtime.gguf import GgufHeader, read_gguf_header
 from openjarvis.runtime.hf_cache import cached_ggufs
 
-__all__ = ["DEFAULT_MODEL_NAME", "ModelFile", "check_gguf", "embedded_default", "resolve_model"]
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "ModelFile",
+    "check_gguf",
+    "embedded_default",
+    "model_quantisation",
+    "resolve_model",
+]
 
 # Gemma 3 270M pretrained (a base model: no chat template); the package's file name is kept.
 DEFAULT_MODEL_NAME = "gemma-3-270m-Q4_K_M"
@@ -81,9 +89,12 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _quantisation_from_name(stem: str) -> str | None:
-    """Read the quantisation from a conventional GGUF file name (model-Q4_K_M.gguf)."""
-    match = _QUANT_PATTERN.search(stem)
+def model_quantisation(header: GgufHeader | None, file_name: str) -> str | None:
+    """A GGUF's quantisation: its header's general.file_type first; the conventional file name
+    (model-Q4_K_M.gguf) only when the header is unreadable (None) or does not say."""
+    if header is not None and header.quantisation is not None:
+        return header.quantisation
+    match = _QUANT_PATTERN.search(file_name.removesuffix(".gguf"))
     return match.group(1).upper() if match else None
 
 
@@ -113,4 +124,5 @@ def resolve_model(model: str | None) -> ModelFile:
     stem = path.name.removesuffix(".gguf")  # before resolving: cached files link to blobs
     path = path.resolve()
     check_gguf(path)
-    return ModelFile(name or stem, path, _sha256(path), _quantisation_from_name(stem))
+    header = read_gguf_header(path)  # a damaged header is refused here, before an engine loads
+    return ModelFile(name or stem, path, _sha256(path), model_quantisation(header, stem))
