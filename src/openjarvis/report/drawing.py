@@ -139,8 +139,10 @@ def errorbars(
         )
 
 
-def log_scale_if_wide(axes: Axes, values: Sequence[float], axis: str) -> None:
-    positive = [v for v in values if v and v > 0]
+def log_scale_if_wide(axes: Axes, values: Sequence[float | None], axis: str) -> None:
+    """A log axis when the known positive values span more than 20x; unknowns (None) are
+    ignored."""
+    positive = [v for v in values if v is not None and v > 0]
     if not positive or max(positive) / min(positive) <= 20:
         return
     (axes.set_xscale if axis == "x" else axes.set_yscale)("log")
@@ -195,7 +197,7 @@ def whisker_rows(axes: Axes, runs: Sequence[RunRecord], name: str, colours: dict
     axes.set_yticks(range(len(runs)), row_labels(runs))
     axes.set_ylim(len(runs) - 0.5, -0.5)
     axes.grid(axis="x", alpha=0.3)
-    log_scale_if_wide(axes, [figure(r, name)[0] or 0 for r in runs], "x")
+    log_scale_if_wide(axes, [figure(r, name)[0] for r in runs], "x")
 
 
 def rows_height_in(rows: int) -> float:

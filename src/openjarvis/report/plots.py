@@ -72,7 +72,7 @@ def accuracy_vs_energy_plot(runs: Sequence[RunRecord]) -> Plot:
                 axes.annotate(
                     model_label(run), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
                 )
-        log_scale_if_wide(axes, [figure(r, "mean_energy_j")[0] or 0 for r in points], "x")
+        log_scale_if_wide(axes, [figure(r, "mean_energy_j")[0] for r in points], "x")
         axes.set_xlabel("mean energy per task (J)")
         axes.set_ylabel("accuracy (pass@1)")
         axes.grid(alpha=0.3)
@@ -200,7 +200,7 @@ def local_vs_cloud_plot(groups: Sequence[RunRecord]) -> Plot:
             )
         axes.set_yticks(range(len(rows)), row_labels(rows))
         axes.set_ylim(len(rows) - 0.5, -0.5)
-        log_scale_if_wide(axes, [figure(r, "accuracy_per_joule")[0] or 0 for r in rows], "x")
+        log_scale_if_wide(axes, [figure(r, "accuracy_per_joule")[0] for r in rows], "x")
         axes.set_xlabel("accuracy per joule (1/J)")
         axes.grid(axis="x", alpha=0.3)
 
