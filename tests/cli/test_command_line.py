@@ -160,3 +160,54 @@ def test_one_function_in_cli_formats_an_estimate() -> None:
         )
     ]
     assert taking_an_estimate == ["results.py:interval_text"]
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path) -> tuple[str, str, str]:
+    db = str(tmp_path / "ipw.db")
+    with open_store(db) as store:
+        gpu = make_host("h200-box", gpus=("NVIDIA H200 (GPU-aaaa)",))
+        measured = add_run(store, gpu, "gemma-3-270m-it-q4", tasks=4)
+        estimated = add_run(store, make_host("laptop"), "qwen", tasks=4, method="estimate", seed=1)
+    return db, measured, estimated
+
+
+def test_tables_piped_keep_every_column_whole(
+    two_runs: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """Not a terminal and no COLUMNS: the table is as wide as its content, not 80 columns."""
+    db, measured, estimated = two_runs
+    piped = {"COLUMNS": ""}
+    done = run("ipw", "runs", "--db", db, tmp_path=tmp_path, env=piped)
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    header = next(line for line in done.stdout.splitlines() if "┃ run " in line)
+    for heading in ("started", "accuracy per J", "J per task", "energy"):
+        assert f" {heading} " in header
+    row = next(line for line in done.stdout.splitlines() if measured[:8] in line)
+    for cell in ("gemma-3-270m-it-q4 Q4_K_M", "h200-box · 1 x NVIDIA H200", "counter · system"):
+        assert cell in row
+    for command in (("show", measured), ("compare", measured, estimated, "--allow-mixed-scope")):
+        done = run("ipw", *command, "--db", db, tmp_path=tmp_path, env=piped)
+        assert done.returncode == 0, done.stderr
+        assert "…" not in done.stdout and max(map(len, done.stdout.splitlines())) > 80
+
+
+def test_tables_on_80_columns_fold_but_lose_nothing(
+    two_runs: tuple[str, str, str], tmp_path: Path
+) -> None:
+    db, measured, estimated = two_runs
+    narrow = {"COLUMNS": "80"}
+    done = run("ipw", "runs", "--db", db, tmp_path=tmp_path, env=narrow)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "…" not in done.stdout and max(map(len, lines)) <= 80
+    assert any(measured[:8] in line for line in lines) and any(
+        estimated[:8] in line for line in lines
+    )
+    done = run("ipw", "show", measured, "--db", db, tmp_path=tmp_path, env=narrow)
+    assert "…" not in done.stdout and max(map(len, done.stdout.splitlines())) <= 80
+    # Every column of the tasks table keeps a width: the energy columns are not squeezed out.
+    task_row = next(line for line in done.stdout.splitlines() if "HumanEval/0 " in line)
+    cells = [cell.strip() for cell in task_row.split("│")[1:-1]]
+    assert len(cells) == 10 and all(cells[:9]), task_row

@@ -9,9 +9,9 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from openjarvis.cli.output import readable, stdout_console
 from openjarvis.cli.results import DatabaseOption, JsonOption, interval_text
 from openjarvis.errors import UserError
 from openjarvis.evals.metrics import (
@@ -86,12 +86,12 @@ def compare_command(
     per_task = [{task.task_id: task_figures(task) for task in saved} for saved in tasks]
     figures = [compute_figures(list(by_id.values())) for by_id in per_task]
     comparisons = [compare_figures(per_task[0], other) for other in per_task[1:]]
-    console = Console()
+    console = stdout_console()
     if json_output:
         data = _as_json(records, figures, comparisons)
         console.file.write(json.dumps(data, indent=2) + "\n")
         return
-    console.print(_table(records, figures, comparisons))
+    console.print(readable(_table(records, figures, comparisons)))
     for record, comparison in zip(records[1:], comparisons, strict=True):
         how = (
             f"paired over {comparison.baseline_tasks} shared tasks"

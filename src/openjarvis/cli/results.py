@@ -9,9 +9,9 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from openjarvis.cli.output import readable, stdout_console
 from openjarvis.errors import UserError
 from openjarvis.evals.metrics import (
     Estimate,
@@ -90,7 +90,7 @@ def runs_command(
         runs = store.list_runs(limit=limit, model=model, host=host, suite=suite, since=since_time)
         saved = store.saved_task_counts([run.id or "" for run in runs])
         url = store.url
-    console = Console()
+    console = stdout_console()
     if json_output:
         rows = [
             {**run_row(run), "shown_state": shown_state(run), "saved_tasks": saved[run.id or ""]}
@@ -123,7 +123,7 @@ def runs_command(
             mark_estimate(format_value(figure(run, "accuracy_per_joule")[0]), run),
             energy_label(run),
         )
-    console.print(table)
+    console.print(readable(table))
 
 
 def show_command(
@@ -138,7 +138,7 @@ def show_command(
     figures = run_figures(tasks, record)
     state = shown_state(record)
     note = None if state == "complete" else f"run is {state}: figures are partial"
-    console = Console()
+    console = stdout_console()
     if json_output:
         data: dict[str, Any] = {
             "run": {**run_to_dict(record), "shown_state": state},
@@ -148,16 +148,16 @@ def show_command(
         }
         console.file.write(json.dumps(data, indent=2) + "\n")
         return
-    console.print(_metadata_table(record))
+    console.print(readable(_metadata_table(record)))
     if figures is None:
         console.print("no tasks saved: no figures")
         return
-    console.print(_figures_table(record, figures, tasks))
+    console.print(readable(_figures_table(record, figures, tasks)))
     if note:
         console.print(f"[yellow]note:[/] {note}")
     if windows := _windows_note(record):
         console.print(f"[dim]windows: {windows}[/]")
-    console.print(_tasks_table(record, tasks))
+    console.print(readable(_tasks_table(record, tasks)))
 
 
 def run_figures(tasks: list[TaskResultRecord], run: RunRecord) -> RunFigures | None:
