@@ -52,6 +52,7 @@ def test_measure_two_tasks_stores_rows_and_prints_figures(
         run = runs[0]
         assert run.state == "complete"
         assert run.model_name == "gemma-3-270m-Q4_K_M"
+        assert run.model_parameters is not None and 2e8 < run.model_parameters < 3e8  # 270M
         assert run.model_kind == "base" and "no tokenizer.chat_template" in str(
             run.model_kind_evidence
         )

@@ -85,7 +85,7 @@ def conservation(
 
 
 def estimated_window(window: WindowEnergy, completion: Completion) -> WindowEnergy:
-    """A cloud completion's energy is its token-based estimate (METRICS.md, "Cloud estimates"),
+    """A cloud completion's energy is its token-based estimate (data/cloud_energy.csv),
     not what this machine drew meanwhile; idle subtraction does not apply to it (net unknown)."""
     estimate = completion.energy_estimate
     if estimate is None:
@@ -110,7 +110,7 @@ def estimated_window(window: WindowEnergy, completion: Completion) -> WindowEner
 
 
 def metered_gpus(gpus: str, engine: Engine) -> GpuSelection:
-    """The GPUs whose energy the run counts: the engine's own (METRICS.md), or `--gpus all`."""
+    """The GPUs whose energy the run counts: the engine's own (docs/energy.md), or `--gpus all`."""
     return "all" if gpus == "all" else engine.devices
 
 

@@ -1,4 +1,4 @@
-"""`ipw measure` as data flows (ARCHITECTURE.md): generate inside energy windows, score outside
+"""`ipw measure` as data flows: generate inside energy windows, score outside
 them in the sandbox, and save each task to the store at once.
 """
 
@@ -37,6 +37,7 @@ from openjarvis.runtime.engines import (
     resolve_engine_model,
 )
 from openjarvis.runtime.model_kind import read_model_kind
+from openjarvis.runtime.parameters import model_parameters
 from openjarvis.runtime.types import Completion, Engine
 from openjarvis.store import Store, open_store
 from openjarvis.store.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
@@ -128,8 +129,9 @@ class MeasureResult:
     sandbox_note: str
     unavailable_sources: list[str] = field(default_factory=list)
     resumed_tasks: int = 0  # tasks finished by an earlier, interrupted process
-    # Median share of the memory bandwidth that decode used (METRICS.md), over this process's
-    # completions; None when the engine cannot know it (cloud, GPU offload).
+    # Median share of the memory bandwidth that decode used (decode rate x bytes per token /
+    # bandwidth), over this process's completions; None when the engine cannot know it (cloud,
+    # GPU offload).
     memory_bandwidth_utilisation: float | None = None
     # Tasks whose windows were short for the counters, overlapped others, or carry a large tail.
     window_flags: dict[str, int] = field(default_factory=dict)
@@ -182,6 +184,7 @@ def run_measure(
                     sandbox_isolation=sandbox.isolation,
                     tool_version=__version__,
                     model_quantisation=model.quantisation if model else None,
+                    model_parameters=model_parameters(model.path) if model else None,
                     model_kind=kind.kind if kind else None,
                     model_kind_evidence=kind.evidence if kind else None,
                     idle_power_w=dict(idle.power_w) if idle else {},

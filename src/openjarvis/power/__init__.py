@@ -1,6 +1,6 @@
 """The energy meter: GPU (NVML), CPU and DRAM (RAPL) sources, a CPU estimate, and the Meter.
 
-Start with `Meter.discover()`; see METRICS.md ("Energy provenance") for what the numbers mean.
+Start with `Meter.discover()`; docs/energy.md says what the numbers mean.
 """
 
 from openjarvis.power.meter import Meter, WindowHandle

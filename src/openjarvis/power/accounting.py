@@ -20,7 +20,7 @@ _SCOPE_DOMAINS: dict[str, frozenset[str]] = {
     "system": frozenset({"gpu", "cpu", "dram"}),
 }
 
-# A window under this many update periods of a source is flagged low_resolution (METRICS.md).
+# A window under this many update periods of a source is flagged low_resolution (docs/energy.md).
 LOW_RESOLUTION_PERIODS = 10
 
 

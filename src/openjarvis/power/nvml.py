@@ -58,7 +58,8 @@ class NvmlGpu(EnergySource):
     """
 
     domain = "gpu"
-    update_period_s = 0.1  # counter and power readings refresh every ~100 ms on H200 (GPU.md)
+    # Counter and power readings refresh every ~100 ms on an H200 (docs/benchmarks.md).
+    update_period_s = 0.1
 
     def __init__(
         self,

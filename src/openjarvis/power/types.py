@@ -21,7 +21,7 @@ __all__ = [
     "weakest_method",
 ]
 
-# How a figure was obtained, strongest first (METRICS.md, "Energy provenance").
+# How a figure was obtained, strongest first (the README's "Reading the energy figures").
 Method = Literal["counter", "integrated", "estimate"]
 # What a source covers: a GPU, a CPU package, DRAM, the whole platform (RAPL psys), or a
 # remote data centre (a cloud model's per-token estimate; no local meter reads it).
@@ -148,7 +148,7 @@ GpuSelection = tuple[int, ...] | Literal["all"]
 
 @dataclass(frozen=True, slots=True)
 class Coverage:
-    """What a meter's scope covers (METRICS.md, "Energy provenance"): the sources in it, the
+    """What a meter's scope covers (docs/energy.md): the sources in it, the
     visible GPUs left out because the engine does not run on them, and the sources in scope that
     cannot be read, with the reason. A missing source makes the scope partial.
 

@@ -1,6 +1,6 @@
 """The roofline of decode: this host's memory bandwidth (measured once, cached) and bytes/token.
 
-MBU = decode rate x bytes read per token / bandwidth (METRICS.md, "Timing").
+MBU = decode rate x bytes read per token / bandwidth (docs/energy.md and the README's figures).
 """
 
 import itertools
