@@ -211,3 +211,16 @@ def test_tables_on_80_columns_fold_but_lose_nothing(
     task_row = next(line for line in done.stdout.splitlines() if "HumanEval/0 " in line)
     cells = [cell.strip() for cell in task_row.split("│")[1:-1]]
     assert len(cells) == 10 and all(cells[:9]), task_row
+
+
+def test_report_json_says_what_it_wrote(two_runs: tuple[str, str, str], tmp_path: Path) -> None:
+    db = two_runs[0]
+    out = tmp_path / "report"
+    done = run("ipw", "report", "--db", db, "--out", str(out), "--json", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    written = json.loads(done.stdout)  # JSON only: nothing else on stdout
+    assert written["runs"] == 2 and written["runs_with_figures"] == 2
+    assert written["html"] == str(out / "report.html")
+    for kind in ("html", "markdown", "csv", "json"):
+        assert Path(written[kind]).is_file()
+    assert written["database"].endswith("ipw.db")

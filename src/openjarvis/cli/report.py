@@ -3,6 +3,7 @@
 Matplotlib is imported only by the report's plot workers, so other commands start fast.
 """
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -36,6 +37,9 @@ def report_command(
         typer.Option(help="Draw this run's power trace (repeatable; default: newest 3 with one)"),
     ] = None,
     db: DatabaseOption = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the files written and the run counts as JSON")
+    ] = False,
 ) -> None:
     """Write a self-contained HTML report of stored runs, plus Markdown, CSV and JSON."""
     from openjarvis.report.write import PlotWorkers, ReportData, write_report
@@ -64,6 +68,20 @@ def report_command(
             raise UserError(
                 f"cannot write the report to {out}: {error.strerror}; pick --out"
             ) from None
+    if json_output:
+        # What a script needs to pick the report up; its figures are in files.json.
+        written = {
+            "html": str(files.html),
+            "markdown": str(files.markdown),
+            "csv": str(files.csv),
+            "json": str(files.json),
+            "runs": len(runs),
+            "runs_with_figures": sum(run.summary is not None for run in runs),
+            "traced_runs": [run.id for run, _ in traces],
+            "database": data.database,
+        }
+        typer.echo(json.dumps(written, indent=2))
+        return
     console = Console()
     console.print(f"report: {files.html}")
     console.print(f"[dim]also {files.markdown}, {files.csv}, {files.json}[/]")
