@@ -13,13 +13,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from openjarvis.cli import results
 from openjarvis.cli.compare import compare_command
 from openjarvis.cli.db import db_app
 from openjarvis.cli.evals import score_command, suites_command
 from openjarvis.cli.power import power_command
+from openjarvis.cli.progress import measure_progress
 from openjarvis.cli.report import report_command
 from openjarvis.cli.requests import requests_command
 from openjarvis.cli.version import VersionOption
@@ -147,34 +147,17 @@ def measure(
         # measures, is named without creating or changing anything (resume_run checks again).
         with open_reader(db) as store:
             refuse_if_live(store.get_run(resume))
-    progress_console = Console(stderr=True)
-    with (
-        _interruptions_reported(resume, db),
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("passed {task.fields[passed]}"),
-            TimeElapsedColumn(),
-            console=progress_console,
-            transient=True,
-        ) as progress,
-    ):
-        bar = progress.add_task("measuring idle power", total=None, passed=0)
-
-        def on_start(total: int) -> None:
-            progress.update(bar, description=f"{spec.suite}", total=total)
-
-        def on_task(task_id: str, passed: int, samples_run: int) -> None:
-            done = progress.tasks[bar].fields["passed"] + (passed > 0)
-            progress.update(bar, advance=1, passed=done, description=task_id)
-
+    with _interruptions_reported(resume, db), measure_progress(spec.suite) as progress:
         if resume is not None:
             result = resume_measure(
-                resume, db, on_start=on_start, on_task=on_task, allow_shared=allow_shared
+                resume,
+                db,
+                on_start=progress.on_start,
+                on_task=progress.on_task,
+                allow_shared=allow_shared,
             )
         else:
-            result = run_measure(spec, on_start=on_start, on_task=on_task)
+            result = run_measure(spec, on_start=progress.on_start, on_task=progress.on_task)
     print_summary(result, Console(), as_json=json_output)
 
 
