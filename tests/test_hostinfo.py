@@ -44,16 +44,3 @@ def test_cpu_model_reads_the_model_name_line(tmp_path: Path) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nmodel name\t: {_EPYC}\nflags\t: sse avx\n")
     assert hostinfo.cpu_model(cpuinfo) == _EPYC
-
-
-def test_an_unknown_core_count_is_stored_as_unknown_not_zero(tmp_path: Path) -> None:
-    from openjarvis.store import open_store
-    from tests.synthetic import add_run
-
-    host = _host({True: None, False: None})
-    assert (host.cpu_physical_cores, host.cpu_logical_cores) == (None, None)
-    with open_store(str(tmp_path / "runs.db")) as store:
-        run_id = add_run(store, host, tasks=1)
-        stored = store.get_run(run_id).host
-    assert stored is not None
-    assert (stored.cpu_physical_cores, stored.cpu_logical_cores) == (None, None)

@@ -56,8 +56,11 @@ def describe_host(gpus: tuple[str, ...] = (), gpu_driver: str | None = None) -> 
         fingerprint=fingerprint,
         hostname=socket.gethostname(),
         cpu_model=model,
-        cpu_physical_cores=physical_cores,
-        cpu_logical_cores=logical_cores,
+        # The hosts table's core columns are NOT NULL (migration 0001), so an unknown count is
+        # still stored as 0 there until a migration lets them hold NULL; the fingerprint above
+        # does not depend on it.
+        cpu_physical_cores=physical_cores or 0,
+        cpu_logical_cores=logical_cores or 0,
         memory_bytes=memory_bytes,
         gpus=tuple(gpus),
         gpu_driver=gpu_driver,

@@ -203,7 +203,7 @@ def _metadata_table(run: RunRecord) -> Table:
     if host is not None:
         rows += [
             ("host", f"{host.hostname} (fingerprint {host.fingerprint})"),
-            ("cpu", f"{host.cpu_model}, {_cores(host.cpu_physical_cores, host.cpu_logical_cores)}"),
+            ("cpu", f"{host.cpu_model}, {host.cpu_physical_cores}/{host.cpu_logical_cores} cores"),
             ("memory", f"{host.memory_bytes / 2**30:.1f} GiB"),
             ("gpus", ", ".join(host.gpus) or "none"),
             ("gpu driver", host.gpu_driver or "—"),
@@ -318,8 +318,3 @@ def _tasks_table(run: RunRecord, tasks: list[TaskResultRecord]) -> Table:
             "; ".join(filter(None, [task.energy_null_reason, *failures]))[:60],
         )
     return table
-
-
-def _cores(physical: int | None, logical: int | None) -> str:
-    """ "2/4 cores", with "?" for a count the host could not tell."""
-    return f"{'?' if physical is None else physical}/{'?' if logical is None else logical} cores"

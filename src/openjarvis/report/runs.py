@@ -112,8 +112,7 @@ def host_label(run: RunRecord) -> str:
         hardware = f"{len(host.gpus)} GPU{'s' if len(host.gpus) > 1 else ''}"
     else:
         cpu = re.sub(r"\((R|TM)\)|\bCPU\b|\bProcessor\b|@.*$", "", host.cpu_model or "")
-        cores = "?" if host.cpu_physical_cores is None else host.cpu_physical_cores
-        hardware = f"{' '.join(cpu.split()) or 'CPU'}, {cores} cores"
+        hardware = f"{' '.join(cpu.split()) or 'CPU'}, {host.cpu_physical_cores} cores"
     return f"{host.hostname} · {hardware}"
 
 

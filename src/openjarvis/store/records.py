@@ -23,8 +23,8 @@ class HostRecord:
     fingerprint: str
     hostname: str
     cpu_model: str
-    cpu_physical_cores: int | None  # None: psutil could not count them
-    cpu_logical_cores: int | None
+    cpu_physical_cores: int
+    cpu_logical_cores: int
     memory_bytes: int
     gpus: tuple[str, ...]  # "NVIDIA H200 (GPU-uuid)" per visible GPU
     gpu_driver: str | None
