@@ -78,12 +78,14 @@ def test_measure_meters_the_engines_gpus_and_says_when_the_scope_is_partial(
 ) -> None:
     db = str(tmp_path / "runs.db")
     spec = MeasureSpec(limit=1, idle_seconds=0, scope="accelerator", db_url=db)
-    # The llama.cpp engine on the CPU uses no GPU: both are out of scope, neither is read.
-    cpu = run_measure(spec)
-    assert cpu.energy_coverage == {"in_scope": [], "out_of_scope": [GPU_A, GPU_B], "missing": {}}
-    text = printed(cpu)
-    assert f"out of scope (the engine does not use them): {GPU_A}, {GPU_B}" in text
-    assert "partial" not in text
+    # The llama.cpp engine on the CPU uses no GPU: both are out of scope, so the accelerator
+    # scope holds nothing and the run is refused before it starts (no row written).
+    with pytest.raises(UserError) as refused:
+        run_measure(spec)
+    assert f"out of scope: {GPU_A}, {GPU_B}" in str(refused.value)
+    assert "--scope system" in str(refused.value) and "--gpus all" in str(refused.value)
+    with open_store(db) as store:
+        assert store.list_runs() == []
 
     # --gpus all takes both in, and the first cannot be read: the scope is partial.
     every = run_measure(replace(spec, gpus="all"))
@@ -104,10 +106,6 @@ def test_measure_meters_the_engines_gpus_and_says_when_the_scope_is_partial(
     assert f"scope accelerator (partial: {GPU_A} permission)" in output
     assert f"{GPU_A} (permission)" in row(output, "missing")
     assert row(output, "out of scope").endswith("none")
-    code, output, error = ipw("show", cpu.run_id, "--db", db)
-    assert code == 0, error
-    assert f"{GPU_A}, {GPU_B}" in row(output, "out of scope")
-    assert row(output, "in scope").endswith("none")
 
 
 def test_show_says_when_a_run_predates_coverage(tmp_path: Path) -> None:

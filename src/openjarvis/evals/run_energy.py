@@ -37,6 +37,7 @@ __all__ = [
     "idle_error_w",
     "metered_gpus",
     "metering",
+    "refuse_empty_scope",
     "shared_note",
 ]
 
@@ -172,11 +173,27 @@ def metering(
 ) -> Iterator[tuple[Meter, dict[str, str]]]:
     """A started meter over the engine's sources in `scope`, with its claim on them; yields the
     meter and the sources another measurement holds (see `claimed`)."""
-    with (
-        Meter.discover(scope=scope, gpus=metered_gpus(gpus, engine)) as meter,
-        claimed(meter, engine, allow_shared, holder) as shared_with,
-    ):
-        yield meter, shared_with
+    with Meter.discover(scope=scope, gpus=metered_gpus(gpus, engine)) as meter:
+        refuse_empty_scope(meter, engine)
+        with claimed(meter, engine, allow_shared, holder) as shared_with:
+            yield meter, shared_with
+
+
+def refuse_empty_scope(meter: Meter, engine: Engine) -> None:
+    """A local run whose scope holds no source would measure nothing: refuse it before it
+    starts, saying what the scope left out and what to pass instead."""
+    if engine.kind not in LOCAL_ENGINE_KINDS or meter.coverage.in_scope:
+        return
+    left_out = meter.coverage.out_of_scope
+    if left_out:
+        why = f"the engine runs on no GPU (visible but out of scope: {', '.join(left_out)})"
+        fix = f"--scope system, or --gpus all to meter {'it' if len(left_out) == 1 else 'them'}"
+    else:
+        why, fix = "no GPU can be read here", "--scope system"
+    raise UserError(
+        f"--scope {meter.scope} holds no energy source: {why}, so every energy figure would be "
+        f"null; measure with {fix}"
+    )
 
 
 @contextmanager
