@@ -89,11 +89,13 @@ def test_measure_with_the_openai_engine_records_estimates(
 
 
 def test_measure_with_llamacpp_reports_bandwidth_use(tmp_path: Path) -> None:
+    # The module's server meters this machine too: measuring beside it is shared, and said so.
     done = _ipw(
         "--limit",
         "1",
         "--idle-seconds",
         "0",
+        "--allow-shared",
         "--db",
         str(tmp_path / "r.db"),
         "--json",

@@ -7,6 +7,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from openjarvis.power.claims import claim_sources
 from openjarvis.runtime.cloud import CloudEngine, CloudSettings
 from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
 from openjarvis.runtime.models import resolve_model
@@ -193,3 +194,11 @@ def test_no_store_means_no_log(engine: LlamaCppEngine, tmp_path: Path) -> None:
             model="m", prompt="1, 2, 3,", max_tokens=4, temperature=0
         )
     assert reply.choices[0].text
+
+
+def test_the_server_claims_what_it_meters_so_a_measurement_beside_it_is_told(
+    server: EnergyServer, engine: LlamaCppEngine
+) -> None:
+    beside = claim_sources(["estimate:cpu"], "ipw measure in a test")
+    assert beside.held == []
+    assert beside.taken["estimate:cpu"].endswith(f"jarvis serve on {engine.model_name}")

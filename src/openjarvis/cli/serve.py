@@ -84,6 +84,14 @@ def serve_command(
             ) as server:
                 method = server.meter.method if opened.kind in LOCAL_ENGINE_KINDS else "estimate"
                 console.print(f"serving {opened.model_name} at {server.url}")
+                for name, holder in server.shared_with.items():
+                    console.print(
+                        f"note: another measurement holds {name} ({holder}): replies' energy "
+                        "includes its draw",
+                        style="yellow",
+                        markup=False,
+                        soft_wrap=True,
+                    )
                 kind = read_model_kind(resolved.path) if resolved is not None else None
                 if note := base_model_note(opened.model_name, kind):
                     console.print(note, style="yellow", markup=False, soft_wrap=True)

@@ -20,7 +20,10 @@ from typing import Any
 
 from openjarvis.errors import UserError
 from openjarvis.power import Meter
+from openjarvis.power.accounting import in_scope
+from openjarvis.power.claims import claim_sources
 from openjarvis.power.types import Scope
+from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine
 from openjarvis.serve.protocol import (
     BadRequest,
@@ -55,6 +58,9 @@ class EnergyServer:
         self.engine = engine
         self.meter = meter
         self.store = store  # None: requests are not logged (--no-log)
+        # Sources of the meter's scope that another measurement held when the server started
+        # (source -> who): replies' energy then includes that measurement's draw.
+        self.shared_with: dict[str, str] = {}
         self._api_key = api_key
         self._turn = threading.Lock()
         try:
@@ -294,13 +300,22 @@ def running_server(
 
     The meter reads the GPUs the engine runs on, not every visible one (docs/energy.md, "Scope")."""
     with Meter.discover(scope=scope, gpus=engine.devices) as meter:
-        if idle_seconds > 0:
-            meter.measure_idle(idle_seconds)
-        server = EnergyServer(engine, meter, store, host=host, port=port, api_key=api_key)
-        thread = threading.Thread(target=server.serve_forever, name="jarvis-serve", daemon=True)
-        thread.start()
+        # The server claims the sources it meters (power/claims.py), so that an `ipw measure`
+        # started beside it is told; one already measuring is reported, not refused.
+        local = engine.kind in LOCAL_ENGINE_KINDS
+        names = [s.name for s in meter.sources if local and in_scope(s.domain, meter.scope)]
+        claim = claim_sources(names, f"jarvis serve on {engine.model_name}")
         try:
-            yield server
+            if idle_seconds > 0:
+                meter.measure_idle(idle_seconds)
+            server = EnergyServer(engine, meter, store, host=host, port=port, api_key=api_key)
+            server.shared_with = dict(claim.taken)
+            thread = threading.Thread(target=server.serve_forever, name="jarvis-serve", daemon=True)
+            thread.start()
+            try:
+                yield server
+            finally:
+                server.shutdown()
+                thread.join()
         finally:
-            server.shutdown()
-            thread.join()
+            claim.release()
