@@ -11,8 +11,7 @@ from dataclasses import replace
 
 from openjarvis.errors import UserError
 from openjarvis.power import Meter
-from openjarvis.power.accounting import in_scope
-from openjarvis.power.claims import claim_sources
+from openjarvis.power.claims import Claim
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.types import (
     GpuSelection,
@@ -55,9 +54,7 @@ def idle_error_w(meter: Meter, after: IdleBaseline | None) -> float | None:
     if meter.idle is None:
         return None
     variance = 0.0
-    for source in meter.sources:
-        if not in_scope(source.domain, meter.scope):
-            continue
+    for source in meter.scoped_sources:
         error_w = meter.idle.error_w.get(source.name)
         if error_w is None:
             return None
@@ -155,8 +152,6 @@ def energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -
         notes.append(
             "energy is an estimate from CPU utilisation and a TDP model, not a measurement"
         )
-    elif meter.method is None:
-        notes.append("no energy source in scope: figures are null")
     unknown = Counter(r.energy_null_reason or "unknown" for r in results if r.energy_j is None)
     if unknown and meter.method is not None:
         reasons = ", ".join(f"{count} {reason}" for reason, count in unknown.most_common())
@@ -202,10 +197,8 @@ def claimed(
 ) -> Iterator[dict[str, str]]:
     """Claim the sources in scope for this run (power/claims.py); yields those another
     measurement holds, which only `allow_shared` accepts."""
-    names = [s.name for s in meter.sources if in_scope(s.domain, meter.scope)]
-    if engine.kind not in LOCAL_ENGINE_KINDS:
-        names = []  # a cloud run's energy is an estimate: this machine's draw is not its figure
-    claim = claim_sources(names, holder)
+    # A cloud run's energy is an estimate: this machine's draw is not its figure.
+    claim = meter.claim(holder) if engine.kind in LOCAL_ENGINE_KINDS else Claim()
     try:
         if claim.shared and not allow_shared:
             name, holder = next(iter(claim.taken.items()))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Self
 
 from openjarvis.power.accounting import LOW_RESOLUTION_PERIODS, in_scope, sum_scope
+from openjarvis.power.claims import Claim, claim_sources
 from openjarvis.power.discovery import discover_sources
 from openjarvis.power.edges import Knot, Share, Span, attribute
 from openjarvis.power.sources import EnergySource
@@ -106,9 +107,7 @@ class Meter:
         )
         self.idle: IdleBaseline | None = None  # set by measure_idle(), or restored by a caller
         # What the scope covers; discover() fills it from what it found (power/discovery.py).
-        self.coverage = Coverage(
-            in_scope=tuple(s.name for s in sources if in_scope(s.domain, scope))
-        )
+        self.coverage = Coverage(in_scope=tuple(s.name for s in self.scoped_sources))
         self._clock = clock
         self._sleep = sleep
         self._tracks = [Track(source, clock) for source in sources]
@@ -118,7 +117,6 @@ class Meter:
         self._tail_owner: WindowHandle | None = None
         self._spans: list[tuple[float, float]] = []  # closed windows, for total()
         self._tails: list[tuple[float, float]] = []  # closed tails (gaps owned by a window)
-        self.window_count = 0
         self._trace_lock = threading.Lock()
         self._trace: deque[PowerSample] = deque(maxlen=max_trace_samples)
         self.dropped_samples = 0  # trace samples lost because nobody drained the trace
@@ -149,17 +147,27 @@ class Meter:
         return meter
 
     @property
+    def scoped_sources(self) -> tuple[EnergySource, ...]:
+        """The sources whose energy the scope sums (psys and out-of-scope domains are read but
+        not added)."""
+        return tuple(s for s in self.sources if in_scope(s.domain, self.scope))
+
+    @property
     def method(self) -> Method | None:
         """The weakest method among the sources in scope (None when none is in scope)."""
-        return weakest_method([s.method for s in self.sources if in_scope(s.domain, self.scope)])
+        return weakest_method([s.method for s in self.scoped_sources])
+
+    def claim(self, holder: str) -> Claim:
+        """Claim the sources in scope for one measurement (power/claims.py); the caller
+        releases the claim when it stops measuring."""
+        return claim_sources([s.name for s in self.scoped_sources], holder)
 
     # Lifecycle -----------------------------------------------------------------------------
 
     @property
     def resolution_s(self) -> float:
         """The longest refresh period among the sources in scope (NVML's on an H200: ~100 ms)."""
-        periods = [s.update_period_s for s in self.sources if in_scope(s.domain, self.scope)]
-        return max(periods, default=0.0)
+        return max((s.update_period_s for s in self.scoped_sources), default=0.0)
 
     @property
     def running(self) -> bool:
@@ -298,7 +306,6 @@ class Meter:
                 handle.end_s = end_s
                 self._active.remove(handle)
                 self._spans.append((handle.start_s, end_s))
-                self.window_count += 1
                 if self._active:
                     handle.tail_end_s = end_s  # a window still open owns the gap after it
                 else:
@@ -449,7 +456,7 @@ class Meter:
         with self._lock:
             # With idle power known, tails (energy above idle between windows) are in the total.
             merged = _merge(self._spans + (self._tails if self.idle is not None else []))
-            windows = self.window_count
+            windows = len(self._spans)
         covered_s = sum(end - start for start, end in merged)
         sources = []
         for track in self._tracks:
@@ -458,7 +465,6 @@ class Meter:
             reason = None
             for start_s, end_s in merged:
                 knots, fault = track.knots_around(start_s, end_s)
-                reason = fault or reason
                 if fault is not None or len(knots) < 2 or knots[-1].time_s < end_s:
                     energy_j, reason = None, fault or "no-refresh"
                     break

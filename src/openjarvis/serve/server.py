@@ -20,8 +20,7 @@ from typing import Any
 
 from openjarvis.errors import UserError
 from openjarvis.power import Meter
-from openjarvis.power.accounting import in_scope
-from openjarvis.power.claims import claim_sources
+from openjarvis.power.claims import Claim
 from openjarvis.power.types import Scope
 from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine
@@ -303,8 +302,7 @@ def running_server(
         # The server claims the sources it meters (power/claims.py), so that an `ipw measure`
         # started beside it is told; one already measuring is reported, not refused.
         local = engine.kind in LOCAL_ENGINE_KINDS
-        names = [s.name for s in meter.sources if local and in_scope(s.domain, meter.scope)]
-        claim = claim_sources(names, f"jarvis serve on {engine.model_name}")
+        claim = meter.claim(f"jarvis serve on {engine.model_name}") if local else Claim()
         try:
             if idle_seconds > 0:
                 meter.measure_idle(idle_seconds)

@@ -7,7 +7,6 @@ labelled estimate (docs/assistant.md). Live watts come from the meter's trace.
 from dataclasses import dataclass
 
 from openjarvis.power import Meter, WindowEnergy
-from openjarvis.power.accounting import in_scope
 from openjarvis.runtime.types import EnergyEstimate
 
 __all__ = ["LiveWatts", "ModelTotals", "ReplyEnergy", "SessionEnergy", "format_joules"]
@@ -117,9 +116,7 @@ class LiveWatts:
 
     def __init__(self, meter: Meter) -> None:
         self._meter = meter
-        self._in_scope = {
-            source.name for source in meter.sources if in_scope(source.domain, meter.scope)
-        }
+        self._in_scope = {source.name for source in meter.scoped_sources}
         self._latest_w: dict[str, float] = {}
 
     def poll(self) -> float | None:
