@@ -171,8 +171,7 @@ class Track:
         self._reason: str | None = None
         self._read_count = 0
         self._trace_start: tuple[float, float] | None = None  # (time_s, energy_j)
-        self._knots: list[Knot] = []
-        self._times: list[float] = []  # the knots' times, for bisecting
+        self._knots: list[Knot] = []  # in time order
         self._faults: list[tuple[float, str]] = []  # (time_s, reason): no energy across them
 
     def advance(self, edge_s: float | None = None) -> TrackReading:
@@ -233,7 +232,6 @@ class Track:
 
     def _add_knot(self, knot: Knot) -> None:
         self._knots.append(knot)
-        self._times.append(knot.time_s)
         refresh = self.refresh
         if refresh is not None and refresh.wanted_s is not None and knot.time_s >= refresh.wanted_s:
             refresh.wanted_s = None
@@ -265,15 +263,13 @@ class Track:
                 return self._faults[-1][1]
             return None
 
-    def latest_knot_s(self) -> float | None:
-        with self._lock:
-            return self._knots[-1].time_s if self._knots else None
-
     def covers(self, time_s: float) -> bool:
         """Whether waiting can end: a knot at or after `time_s`, or the source failing since
         its last knot (waiting would not help)."""
-        latest_s = self.latest_knot_s()
-        return (latest_s is not None and latest_s >= time_s) or self.failing() is not None
+        with self._lock:
+            if self._knots and self._knots[-1].time_s >= time_s:
+                return True
+        return self.failing() is not None
 
     def knots_around(self, low_s: float, high_s: float) -> tuple[list[Knot], str | None]:
         """The knots from the last one at or before `low_s` to the first at or after `high_s`,
@@ -282,9 +278,9 @@ class Track:
         Knots are kept for the meter's life (a few MB a day): a run's bracket needs its first.
         """
         with self._lock:
-            times = self._times
-            first = max(0, bisect.bisect_right(times, low_s) - 1)
-            last = min(len(times), bisect.bisect_left(times, high_s) + 1)
+            knots = self._knots
+            first = max(0, bisect.bisect_right(knots, low_s, key=_knot_time) - 1)
+            last = min(len(knots), bisect.bisect_left(knots, high_s, key=_knot_time) + 1)
             knots = self._knots[first:last]
             low_s = knots[0].time_s if knots else low_s
             high_s = max(high_s, knots[-1].time_s) if knots else high_s
@@ -342,3 +338,7 @@ class Track:
             reason=self._reason,
             read_count=self._read_count,
         )
+
+
+def _knot_time(knot: Knot) -> float:
+    return knot.time_s
