@@ -195,7 +195,7 @@ def run_measure(
                     run.options["shared_machine"] = sorted(shared_with)
                 run_id = store.create_run(run)
                 run.id = run_id
-                result = _execute_reporting_interrupts(
+                result = _execute(
                     spec, run, tasks, engine, sandbox, meter, store, on_start, on_task
                 )
                 return replace(result, energy_coverage=run.energy_coverage)
@@ -234,35 +234,13 @@ def resume_measure(
                 # The idle baseline of the original run keeps net energy comparable across parts.
                 meter.idle = IdleBaseline(spec.idle_seconds, dict(run.idle_power_w))
                 store.resume_run(run.id or run_id)
-                result = _execute_reporting_interrupts(
+                result = _execute(
                     spec, run, tasks, engine, sandbox, meter, store, on_start, on_task
                 )
                 coverage = run.energy_coverage or meter.coverage.to_dict()  # older runs: now
                 return replace(result, energy_coverage=coverage)
         finally:
             engine.close()
-
-
-def _execute_reporting_interrupts(
-    spec: MeasureSpec,
-    run: RunRecord,
-    tasks: list[Task],
-    engine: Engine,
-    sandbox: Sandbox,
-    meter: Meter,
-    store: Store,
-    on_start: StartCallback,
-    on_task: ProgressCallback,
-) -> MeasureResult:
-    """_execute, where Ctrl-C (or SIGTERM, which the CLI turns into one) leaves the run
-    interrupted and raises RunInterrupted with its id and saved tasks, to say how to resume."""
-    run_id = run.id or ""
-    try:
-        return _execute(spec, run, tasks, engine, sandbox, meter, store, on_start, on_task)
-    except KeyboardInterrupt:
-        if store.get_run(run_id).state == "running":
-            store.finish_run(run_id, "interrupted", None)
-        raise RunInterrupted(run_id, len(store.task_results(run_id))) from None
 
 
 def _metering(
@@ -324,21 +302,25 @@ def _execute(
             measured = unsaved.pop(0)
             save(measured, [handle.result for handle in measured.handles])
 
+    # Ctrl-C (or SIGTERM, which the CLI turns into one) leaves the run interrupted and raises
+    # RunInterrupted with its id and saved tasks, so the CLI can say how to resume.
     try:
         for task in pending:
             unsaved.append(_measure_task(spec, task, prompting, engine, sandbox, meter, seen))
             save_settled()
         save_the_rest()
+        idle_after = run_energy.idle_after(spec.idle_seconds, meter, engine)
     except BaseException as error:
         if unsaved and isinstance(error, KeyboardInterrupt | Exception):
             try:
                 save_the_rest()  # finished tasks are kept, with the tail known so far
             except Exception as saving:  # the store itself failing: the first error is the news
                 error.add_note(f"saving the finished tasks failed too: {saving}")
-        state = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-        store.finish_run(run_id, state, None)
+        interrupted = isinstance(error, KeyboardInterrupt)
+        store.finish_run(run_id, "interrupted" if interrupted else "failed", None)
+        if interrupted:
+            raise RunInterrupted(run_id, len(store.task_results(run_id))) from None
         raise
-    idle_after = run_energy.idle_after(spec.idle_seconds, meter, engine)
     if idle_after is not None:
         store.set_idle_power(run_id, dict(idle_after.power_w), after=True)
     # Figures come from the stored results, so a resumed run counts every task exactly once.
