@@ -92,8 +92,8 @@ class EnergyServer:
     def answer(self, handler: "_Handler", parsed: ParsedRequest, endpoint: str) -> None:
         # Each request is logged before its reply ends: a client that has the reply finds it.
         # The engine is held only while it generates: the window's energy resolves once the
-        # counters have refreshed past its end (up to ~0.25 s on NVML), and the next request
-        # does not wait for that.
+        # counters have refreshed past its end (about one NVML refresh, ~0.1 s), and the next
+        # request does not wait for that.
         started_at = datetime.now(UTC)
         if parsed.stream:
             self._stream(
