@@ -81,9 +81,7 @@ def accounting(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> Accounting:
     return Accounting(
         prefill_j_per_prompt_token=_number(phase.get("prefill_j_per_prompt_token")),
         decode_j_per_output_token=_number(phase.get("decode_j_per_output_token")),
-        tail_share_of_net_energy=(
-            _tail_share(tasks) if tasks else _number(phase.get("tail_share_of_net_energy"))
-        ),
+        tail_share_of_net_energy=_number(phase.get("tail_share_of_net_energy")),
         window_flags=_window_flags(summary.get("windows"), tasks),
         conservation_ratio=(
             _number(conservation.get("ratio")) if isinstance(conservation, dict) else None
@@ -94,17 +92,6 @@ def accounting(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> Accounting:
 
 def _number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _tail_share(tasks: Sequence[TaskResultRecord]) -> float | None:
-    """The tails' sum over the net energies' sum; None when any is unknown (runs from before
-    tails were kept have none) or the net sum is not above 0."""
-    tails = [task.tail_energy_j for task in tasks]
-    nets = [task.net_energy_j for task in tasks]
-    if not tasks or None in tails or None in nets:
-        return None
-    net_j = sum(net for net in nets if net is not None)
-    return sum(tail for tail in tails if tail is not None) / net_j if net_j > 0 else None
 
 
 def _records_windows(task: TaskResultRecord) -> bool:
