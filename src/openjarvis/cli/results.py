@@ -155,7 +155,9 @@ def show_command(
     console.print(readable(_figures_table(record, figures, tasks)))
     if note:
         console.print(f"[yellow]note:[/] {note}")
-    if windows := _windows_note(record):
+    summary = record.summary or {}
+    windows = windows_text(summary.get("windows"), summary.get("conservation"), always_ratio=True)
+    if windows:
         console.print(f"[dim]windows: {windows}[/]")
     console.print(readable(_tasks_table(record, tasks)))
 
@@ -245,10 +247,10 @@ def interval_text(estimate: Estimate) -> str:
     return format_interval(estimate.value, estimate.low, estimate.high)
 
 
-def _windows_note(run: RunRecord) -> str | None:
-    """The window flags and conservation `ipw measure` stored with the run, when worth a look."""
-    summary = run.summary or {}
-    flags, conservation = summary.get("windows"), summary.get("conservation")
+def windows_text(flags: object, conservation: object, *, always_ratio: bool) -> str | None:
+    """The tasks whose energy deserves a second look, and whether the windows added up to the
+    counters (always, or only when off by more than 1 %); None when there is nothing to say.
+    Takes the dicts `ipw measure` stores in a run's summary ("windows", "conservation")."""
     parts = []
     if isinstance(flags, dict):
         for key, text in (
@@ -258,8 +260,9 @@ def _windows_note(run: RunRecord) -> str | None:
         ):
             if flags.get(key):
                 parts.append(f"{flags[key]} of {flags.get('tasks', '?')} tasks {text}")
-    if isinstance(conservation, dict) and isinstance(ratio := conservation.get("ratio"), float):
-        parts.append(f"tasks' net energies = {ratio:.4f} of the counters over the run")
+    ratio = conservation.get("ratio") if isinstance(conservation, dict) else None
+    if isinstance(ratio, float) and (always_ratio or abs(ratio - 1) > 0.01):
+        parts.append(f"the tasks' net energies add up to {ratio:.4f} of the counters over the run")
     return "; ".join(parts) or None
 
 

@@ -5,7 +5,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from openjarvis.cli.results import interval_text
+from openjarvis.cli.results import interval_text, windows_text
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.evals.runner import MeasureResult
 from openjarvis.report.runs import coverage_missing, coverage_names, scope_label
@@ -85,7 +85,7 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
         console.print(
             f"[dim]out of scope (the engine does not use them): {', '.join(out_of_scope)}[/]"
         )
-    if line := _windows_line(result):
+    if line := windows_text(result.window_flags, result.conservation, always_ratio=False):
         console.print(f"[yellow]note:[/] {line}")
     if result.resumed_tasks:
         console.print(f"resumed: {result.resumed_tasks} task(s) were finished before the resume")
@@ -99,23 +99,3 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
 def _prompting_text(result: MeasureResult) -> str:
     kind = f"{result.model_kind} model" if result.model_kind else "model kind unknown"
     return f"{describe_prompting(result.prompting)} · {kind}"
-
-
-def _windows_line(result: MeasureResult) -> str | None:
-    """Tasks whose energy deserves a second look, and whether the windows added up."""
-    flags, parts = result.window_flags, []
-    if flags.get("low_resolution"):
-        parts.append(f"{flags['low_resolution']} shorter than 10 counter refreshes")
-    if flags.get("overlapped"):
-        parts.append(f"{flags['overlapped']} overlapped other windows")
-    if flags.get("large_tail"):
-        parts.append(f"{flags['large_tail']} with over a quarter of their net energy in the tail")
-    ratio = result.conservation.get("ratio")
-    lost = ratio is not None and abs(ratio - 1) > 0.01
-    if not parts and not lost:
-        return None
-    text = f"of {flags.get('tasks', 0)} tasks: " + ", ".join(parts) if parts else ""
-    if lost:
-        text += ("; " if text else "") + f"the tasks' net energies add up to {ratio:.3f} of the "
-        text += "counters over the run"
-    return text
