@@ -80,6 +80,9 @@ class CloudEngine:
             max_retries=settings.max_retries,
         )
 
+    # Requests are independent HTTP calls; 8 in flight stays inside common API rate limits.
+    concurrency = 8
+
     @property
     def kind(self) -> str:
         return self.settings.provider

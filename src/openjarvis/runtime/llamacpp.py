@@ -21,13 +21,13 @@ from openjarvis.runtime.gguf import read_gguf_header
 from openjarvis.runtime.llamacpp_probe import check_llama_cpp_runs
 from openjarvis.runtime.models import check_gguf
 from openjarvis.runtime.roofline import Bandwidth, decode_bytes_per_token, host_bandwidth
+from openjarvis.runtime.streaming import Outcome, stream_text
 from openjarvis.runtime.types import (
     ChatRequest,
     Completion,
     Request,
     StreamChunk,
     final_completion,
-    held_back,
 )
 
 __all__ = ["LlamaCppEngine", "LlamaCppSettings"]
@@ -117,6 +117,7 @@ class LlamaCppEngine:
     """Chat and plain completions over one GGUF file; one request at a time (one context)."""
 
     kind = "llamacpp"
+    concurrency = 1  # one context: a second stream waits for the lock
 
     def __init__(
         self, model_path: Path, settings: LlamaCppSettings | None = None, name: str | None = None
@@ -197,39 +198,26 @@ class LlamaCppEngine:
         with self._lock:
             start_s = time.monotonic()
             run = _Generation(self, request)
-            token_times_s: list[float] = []
-            emitted = 0
-            for time_s in run:
-                token_times_s.append(time_s)
-                safe = len(run.text) - held_back(run.text, request.stop)
-                if safe > emitted:
-                    yield StreamChunk(run.text[emitted:safe], time_s)
-                    emitted = safe
-            end_s = time.monotonic()
-            completion = self._completion(run, token_times_s, start_s, end_s)
-            yield StreamChunk(run.text[emitted:], end_s, completion)
+            yield from stream_text(
+                run.tokens(),
+                piece=lambda token: self._llama.detokenize([token]),
+                is_end=self._is_end_of_generation,
+                stop=request.stop,
+                max_tokens=run.max_tokens,
+                start_s=start_s,
+                clock=time.monotonic,
+                finish=lambda outcome: self._completion(outcome, run.prompt_tokens),
+            )
 
-    def _completion(
-        self, run: "_Generation", token_times_s: list[float], start_s: float, end_s: float
-    ) -> Completion:
-        first_s = token_times_s[0] if token_times_s else None
-        generated = len(token_times_s)
-        context_tokens = run.prompt_tokens + generated / 2  # mean context over the decode
-        bytes_per_token = decode_bytes_per_token(self._header, self._weights_bytes, context_tokens)
-        decode_s = None if first_s is None else token_times_s[-1] - first_s
-        mbu = None
-        if bytes_per_token and self.bandwidth and decode_s and generated > 1:
-            mbu = (generated - 1) / decode_s * bytes_per_token / self.bandwidth.bytes_per_s
-        return Completion(
-            text=run.text,
-            prompt_tokens=run.prompt_tokens,
-            completion_tokens=generated,
-            finish_reason=run.finish_reason,
-            wall_s=end_s - start_s,
-            ttft_s=None if first_s is None else first_s - start_s,
-            decode_s=decode_s,
-            decode_bytes_per_token=bytes_per_token,
-            memory_bandwidth_utilisation=mbu,
+    def _completion(self, outcome: Outcome, prompt_tokens: int) -> Completion:
+        generated = len(outcome.token_times_s)
+        context_tokens = prompt_tokens + generated / 2  # mean context over the decode
+        return outcome.completion(
+            prompt_tokens,
+            decode_bytes_per_token=decode_bytes_per_token(
+                self._header, self._weights_bytes, context_tokens
+            ),
+            bandwidth_bytes_per_s=self.bandwidth.bytes_per_s if self.bandwidth else None,
         )
 
     def close(self) -> None:
@@ -238,8 +226,8 @@ class LlamaCppEngine:
 
 
 class _Generation:
-    """One request, decoded token by token. Iterating yields each token's arrival time;
-    afterwards `text` (cut before any stop sequence) and `finish_reason` hold the outcome."""
+    """One request's prompt, checked against the context, and its tokens as llama.cpp
+    decodes them."""
 
     def __init__(self, engine: LlamaCppEngine, request: Request) -> None:
         self._llama = engine._llama
@@ -272,42 +260,21 @@ class _Generation:
         else:
             self.max_tokens = request.max_tokens
         self._grammar = _grammar(engine._llama_cpp, request.json_schema)
-        self.text = ""
-        self.finish_reason = "length"
 
-    def __iter__(self) -> Iterator[float]:
+    def tokens(self) -> Iterator[tuple[int, float]]:
+        """(token, arrival time) without end: the caller stops at an end token or the limit."""
         llama, request = self._llama, self._request
         if request.seed is not None:
             llama.set_seed(request.seed)
-        longest_stop = max((len(stop) for stop in request.stop), default=0)
-        text_bytes = b""
         # temp 0 selects llama.cpp's greedy sampler; repeat_penalty 1 leaves logits untouched.
-        tokens = llama.generate(
+        for token in llama.generate(
             self._prompt,
             temp=request.temperature,
             repeat_penalty=1.0,
             reset=True,
             grammar=self._grammar,
-        )
-        for generated, token in enumerate(tokens, start=1):
-            now_s = time.monotonic()
-            if self._is_end(token):
-                self.finish_reason = "stop"
-                return
-            # Pieces are appended as bytes: a character split over two tokens decodes whole.
-            text_bytes += llama.detokenize([token])
-            searched_from = max(0, len(self.text) - longest_stop)
-            self.text = text_bytes.decode("utf-8", errors="ignore")
-            cut = min(
-                (i for stop in request.stop if (i := self.text.find(stop, searched_from)) >= 0),
-                default=-1,
-            )
-            if cut >= 0:
-                self.text = self.text[:cut]
-                self.finish_reason = "stop"
-            yield now_s
-            if self.finish_reason == "stop" or generated >= self.max_tokens:
-                return
+        ):
+            yield token, time.monotonic()
 
 
 def _grammar(llama_cpp: ModuleType, schema: dict[str, object] | None) -> object | None:

@@ -17,6 +17,7 @@ __all__ = [
     "GenerationRequest",
     "Request",
     "StreamChunk",
+    "WorkPiece",
     "final_completion",
     "held_back",
 ]
@@ -74,6 +75,19 @@ class EnergyEstimate:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkPiece:
+    """One engine step that a sequence took part in, for splitting energy between sequences
+    that ran at once: the step's time, this sequence's share of the step's tokens, and how
+    many sequences the step carried. Every sequence in a step does the same kind of work
+    (prefill or decode), so the step's measured time is the cost that the shares divide."""
+
+    start_s: float
+    end_s: float
+    share: float  # this sequence's tokens / all tokens of the step, in (0, 1]
+    batch: int  # sequences in the step
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     text: str
     prompt_tokens: int
@@ -88,6 +102,9 @@ class Completion:
     memory_bandwidth_utilisation: float | None = None
     cost_usd: float | None = None  # what a paid API charged; None for local engines
     energy_estimate: EnergyEstimate | None = None  # set only where no meter can read the energy
+    # The steps of a batching engine this request took part in; empty from engines that run
+    # one request at a time (all of a window's energy is then its own).
+    work: tuple[WorkPiece, ...] = ()
 
     @property
     def prefill_tokens_per_s(self) -> float | None:
@@ -141,6 +158,11 @@ class Engine(Protocol):
     # CUDA_VISIBLE_DEVICES); empty when it uses none. The meter reads these GPUs and no others.
     @property
     def devices(self) -> tuple[int, ...]: ...
+
+    # How many streams may be in flight at once: 1 for an engine that takes requests in turn
+    # (a second stream waits for the first), more for one that batches or calls a remote API.
+    @property
+    def concurrency(self) -> int: ...
 
     def settings_dict(self) -> dict[str, object]: ...
 

@@ -125,6 +125,7 @@ class TorchEngine:
     """Serves requests from rank 0 (this process); ranks 1..N-1 follow its commands."""
 
     kind = "torch"
+    concurrency = 1
 
     def __init__(self, source: str | Path, settings: TorchSettings | None = None) -> None:
         self.settings = (settings or TorchSettings()).resolved()
