@@ -3,14 +3,58 @@
 A counter is known only at its refreshes (knots). The energy above idle of each interval between
 two knots goes to the windows active in it, by overlap; an interval between windows (the device
 winding down after a task) goes to the window that closed last before it, as that window's tail.
-Over a run the windows' energies above idle add up to the counter's.
+Where windows carry work (a batching engine's steps), an interval with work in it is split by the
+work each window did there instead (`Piece`). Over a run the windows' energies add up to the
+counter's.
 """
 
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["Knot", "Share", "Span", "attribute"]
+__all__ = ["Knot", "Piece", "Share", "Span", "WorkStep", "attribute", "mean_batch"]
+
+
+class WorkStep(Protocol):
+    """What a caller hands `WindowHandle.add_work`: one engine step its sequence took part in
+    (runtime's `WorkPiece` has this shape; power imports nothing from runtime)."""
+
+    @property
+    def start_s(self) -> float: ...
+    @property
+    def end_s(self) -> float: ...
+    @property
+    def share(self) -> float: ...
+    @property
+    def batch(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One engine step of a window's sequence: its time (on the meter's clock), the sequence's
+    share of the step's tokens and the step's batch size. Every sequence of a step does the same
+    kind of work, so the step's measured time is the cost its tokens divide: the sequence's
+    claim on an interval is `share * overlap(step, interval)`."""
+
+    start_s: float
+    end_s: float
+    share: float
+    batch: int
+
+    @classmethod
+    def of(cls, step: WorkStep) -> "Piece":
+        return cls(float(step.start_s), float(step.end_s), float(step.share), int(step.batch))
+
+
+def mean_batch(pieces: Sequence[Piece]) -> float | None:
+    """The batch size a sequence ran at, weighted by each step's time (None: no steps)."""
+    if not pieces:
+        return None
+    seconds = sum(p.end_s - p.start_s for p in pieces)
+    if seconds <= 0:  # steps too short for the clock: every step counts alike
+        return sum(p.batch for p in pieces) / len(pieces)
+    return sum(p.batch * (p.end_s - p.start_s) for p in pieces) / seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +68,13 @@ class Knot:
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """A window's time; `split_s` (the first token) divides prefill from decode."""
+    """A window's time; `split_s` (the first token) divides prefill from decode; `work` holds
+    the engine steps its sequence took part in (empty: the engine did not say)."""
 
     start_s: float
     end_s: float  # float("inf") while the window is open
     split_s: float | None = None
+    work: tuple[Piece, ...] = ()
 
 
 @dataclass(slots=True)
@@ -44,6 +90,7 @@ class Share:
     net_j: float = 0.0
     tail_j: float = 0.0
     before_split_j: float = 0.0  # gross, window start to split
+    shared: bool = False  # another window was in an interval that was split by work
 
 
 def _overlap_s(start_s: float, end_s: float, low_s: float, high_s: float) -> float:
@@ -67,6 +114,8 @@ def attribute(
     before it. `pad_s` widens each span by the uncertainty of the knots' times, so that work
     just before a refresh is not mistaken for a gap. Pass every span that overlaps the knots'
     range; a gap whose owner closed before the range is left out.
+
+    An interval in which some span's work falls is split by work instead (`_split_by_work`).
     """
     shares = [Share() for _ in spans]
     for first, last in itertools.pairwise(knots):
@@ -76,6 +125,10 @@ def attribute(
         energy_j = last.energy_j - first.energy_j
         low_s, high_s = first.time_s, last.time_s
         owns = [_overlap_s(s.start_s, s.end_s, low_s, high_s) for s in spans]
+        work_s = [_work_claim_s(span, span.end_s, low_s, high_s) for span in spans]
+        if sum(work_s) > 0:
+            _split_by_work(shares, spans, low_s, high_s, energy_j, idle_power_w, owns, work_s)
+            continue
         claims = [_overlap_s(s.start_s - pad_s, s.end_s + pad_s, low_s, high_s) for s in spans]
         if idle_power_w is None:
             for share, span, own_s in zip(shares, spans, owns, strict=True):
@@ -95,6 +148,74 @@ def attribute(
             share.net_j += net_j
             _add(share, span, low_s, high_s, own_s, net_j + idle_power_w * own_s)
     return shares
+
+
+def _work_claim_s(span: Span, until_s: float, low_s: float, high_s: float) -> float:
+    """A span's claim on an interval: its share of each step, times the step's time inside the
+    interval (and inside the span, up to `until_s`)."""
+    low_s, high_s = max(low_s, span.start_s), min(high_s, span.end_s, until_s)
+    return sum(p.share * _overlap_s(p.start_s, p.end_s, low_s, high_s) for p in span.work)
+
+
+def _union_s(spans: Sequence[Span], low_s: float, high_s: float) -> float:
+    """Time inside [low_s, high_s] covered by at least one span."""
+    covered_s, reached_s = 0.0, low_s
+    for span in sorted(spans, key=lambda s: s.start_s):
+        start_s, end_s = max(span.start_s, reached_s), min(span.end_s, high_s)
+        if end_s > start_s:
+            covered_s += end_s - start_s
+            reached_s = end_s
+    return covered_s
+
+
+def _split_by_work(
+    shares: list[Share],
+    spans: Sequence[Span],
+    low_s: float,
+    high_s: float,
+    energy_j: float,
+    idle_power_w: float | None,
+    owns: list[float],
+    work_s: list[float],
+) -> None:
+    """Split an interval in which work was done among the spans in it, by work.
+
+    The pot is what one window covering the spans' union would get by the rules above: the
+    energy above idle of the whole interval plus idle power over the union's time (without idle
+    power, the union's time share), so idle is counted once however many windows overlap. Each
+    span's part is its claim over all claims. A span that carries no work at all (its engine
+    did not report steps) claims its time in the interval at the mean rate of the spans that
+    worked there, as an average sequence would; a span that carries work but did none in this
+    interval (it waited for its turn) claims nothing.
+    """
+    working = [i for i, claim_s in enumerate(work_s) if claim_s > 0]
+    rate = sum(work_s[i] for i in working) / max(sum(owns[i] for i in working), 1e-12)
+    claims = [
+        claim_s if span.work else own_s * rate
+        for span, own_s, claim_s in zip(spans, owns, work_s, strict=True)
+    ]
+    claimed_s = sum(claims)
+    present = [i for i, own_s in enumerate(owns) if own_s > 0 or work_s[i] > 0]
+    covered_s = _union_s([spans[i] for i in present], low_s, high_s)
+    length_s = high_s - low_s
+    if idle_power_w is None:
+        pot_j, above_j = energy_j / length_s * covered_s, None
+    else:
+        above_j = energy_j - idle_power_w * length_s
+        pot_j = above_j + idle_power_w * covered_s
+    for i in present:
+        share, span, fraction = shares[i], spans[i], claims[i] / claimed_s
+        share.shared |= len(present) > 1
+        share.energy_j += pot_j * fraction
+        if above_j is not None:
+            share.net_j += above_j * fraction
+        if span.split_s is None or fraction <= 0:
+            continue
+        if span.work:  # the steps before the first token, as a part of the span's claim
+            before = _work_claim_s(span, span.split_s, low_s, high_s) / work_s[i]
+        else:
+            before = _overlap_s(span.start_s, span.split_s, low_s, high_s) / owns[i]
+        share.before_split_j += pot_j * fraction * before
 
 
 def _add(

@@ -4,6 +4,7 @@ A background sampler reads every source (NVML's counter just after each refresh)
 knots of known energy; a window only notes its edges (cheap sources are read there too) and
 its energy is attributed from the knots once the counters have refreshed past its end, so no
 window waits in its caller. Energy above idle between windows is the previous window's tail.
+Windows that overlap share their intervals by the work each did there (`add_work`).
 """
 
 import itertools
@@ -20,7 +21,7 @@ from typing import Self
 from openjarvis.power.accounting import LOW_RESOLUTION_PERIODS, in_scope, sum_scope
 from openjarvis.power.claims import Claim, claim_sources
 from openjarvis.power.discovery import discover_sources
-from openjarvis.power.edges import Knot, Share, Span, attribute
+from openjarvis.power.edges import Knot, Piece, Share, Span, WorkStep, attribute, mean_batch
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.track import Track
 from openjarvis.power.types import (
@@ -45,6 +46,8 @@ _REFRESH_GRACE_S = 1.0
 MIN_SAMPLING_SHARE = 0.25
 # A resolved window older than this (tail closed) is forgotten unless someone still asks.
 _KEEP_S = 60.0
+# How long after a window closes its work may still come, when its owner never says it is done.
+_WORK_GRACE_S = 1.0
 
 
 class WindowHandle:
@@ -59,6 +62,19 @@ class WindowHandle:
         self.overlapped = False
         self._meter = meter
         self._final: WindowEnergy | None = None
+        self._work: list[Piece] = []
+        self._work_done = False  # its owner read the result: no more work will come
+        self._thread = threading.get_ident()
+
+    def add_work(self, pieces: Sequence[WorkStep]) -> None:
+        """The engine steps this window's sequence took part in (a batching engine's
+        `Completion.work`), before its result is read; may come after the window closed.
+
+        Intervals with work in them are then split among the windows in them by the work each
+        did there; windows that overlap this one wait for it before they resolve.
+        """
+        with self._meter._lock:
+            self._work.extend(Piece.of(piece) for piece in pieces)
 
     def mark_first_token(self, time_s: float) -> None:
         """Split the window's energy at `time_s` (on the meter's clock) into prefill and decode."""
@@ -70,6 +86,7 @@ class WindowHandle:
         have refreshed past its end. The tail is included once the next window has opened."""
         if self.end_s is None:
             raise RuntimeError(f"window {self.label!r} is still open: read result after `with`")
+        self._work_done = True
         resolved = self._meter._resolve(self, wait=True)
         assert resolved is not None, "a waiting resolve always answers"
         return resolved
@@ -78,6 +95,7 @@ class WindowHandle:
         """The final energy, tail included, or None while the tail or a refresh is pending."""
         if self.end_s is None or self.tail_end_s is None:
             return None
+        self._work_done = True
         return self._meter._resolve(self, wait=False)
 
 
@@ -350,22 +368,68 @@ class Meter:
             self._wait_for_knots(horizon_s)
         elif not all(track.covers(horizon_s) for track in self._tracks):
             return None
-        with self._lock:
-            windows = list(self._windows)
-            spans = [Span(w.start_s, w.end_s or math.inf, w.split_s) for w in windows]
-        index = windows.index(handle)
+        while True:
+            with self._lock:
+                windows = list(self._windows)
+                spans = [
+                    Span(w.start_s, w.end_s or math.inf, w.split_s, tuple(w._work)) for w in windows
+                ]
+            index = windows.index(handle)
+            ranges = [track.knots_around(handle.start_s, horizon_s) for track in self._tracks]
+            pending = self._work_pending(handle, windows, ranges)
+            if not pending or not wait:
+                break
+            self._sleep(0.002)
+        if pending is True:  # a neighbour's work may still come: its split is not known yet
+            return None
         sources = tuple(
-            self._source_share(track, handle, horizon_s, windows, spans, index)
-            for track in self._tracks
+            self._source_share(track, knots, fault, handle, horizon_s, windows, spans, index)
+            for track, (knots, fault) in zip(self._tracks, ranges, strict=True)
         )
         result = self._window_energy(handle, sources)
-        if handle.tail_end_s is not None and all(s.null_reason != "no-refresh" for s in sources):
+        if (
+            handle.tail_end_s is not None
+            and all(s.null_reason != "no-refresh" for s in sources)
+            and pending is False
+        ):
             handle._final = result
         return result
+
+    def _work_pending(
+        self,
+        handle: WindowHandle,
+        windows: list[WindowHandle],
+        ranges: list[tuple[list[Knot], str | None]],
+    ) -> bool | None:
+        """Whether a window beside `handle` may still add work that changes its split: True
+        (wait), False (all known), None (one is open in this very thread, which cannot wait
+        for it: the split treats it as known so far, and the result is not final).
+
+        Only a window with work waits; one without keeps the rules of windows without work.
+        """
+        if not handle._work:
+            return False
+        low_s = min((knots[0].time_s for knots, _ in ranges if knots), default=handle.start_s)
+        high_s = max((knots[-1].time_s for knots, _ in ranges if knots), default=math.inf)
+        now_s = self._clock()
+        answer: bool | None = False
+        for other in windows:
+            if other is handle or other.start_s >= high_s or (other.end_s or math.inf) <= low_s:
+                continue
+            if other.end_s is None:
+                if other._thread == threading.get_ident():
+                    answer = None
+                    continue
+                return True
+            if not other._work_done and not other._work and now_s < other.end_s + _WORK_GRACE_S:
+                return True
+        return answer
 
     def _source_share(
         self,
         track: Track,
+        knots: list[Knot],
+        fault: str | None,
         handle: WindowHandle,
         horizon_s: float,
         windows: list[WindowHandle],
@@ -376,7 +440,6 @@ class Meter:
         idle_w = self._idle_power_w(source.name)
         assert handle.end_s is not None
         duration_s = handle.end_s - handle.start_s
-        knots, fault = track.knots_around(handle.start_s, horizon_s)
         low_resolution = duration_s < LOW_RESOLUTION_PERIODS * source.update_period_s
         if source.reads == "power_w":  # integrated: too few readings inside the window
             inside = sum(handle.start_s <= k.time_s <= handle.end_s for k in knots)
@@ -422,6 +485,7 @@ class Meter:
             low_resolution=low_resolution,
             tail_j=tail_j,
             prefill_j=share.before_split_j if handle.split_s is not None else None,
+            shared=share.shared,
         )
 
     def _window_energy(
@@ -441,6 +505,8 @@ class Meter:
             sources=sources,
             low_resolution=total.low_resolution,
             overlapped=handle.overlapped,
+            shared=any(source.shared for source in sources),
+            mean_batch=mean_batch(handle._work),
             tail_energy_j=total.tail_j,
             prefill_energy_j=total.prefill_j,
             decode_energy_j=(

@@ -66,6 +66,7 @@ class SourceEnergy:
     low_resolution: bool = False
     tail_j: float | None = None  # above idle after the window (inside energy_j); None: open
     prefill_j: float | None = None  # window start to first token, when the caller marked it
+    shared: bool = False  # split with overlapping windows by the work each did (docs/energy.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,11 @@ class WindowEnergy:
     sources: tuple[SourceEnergy, ...]
     low_resolution: bool = False
     overlapped: bool = False
+    # Another window overlapped this one and their intervals were split by the work each did
+    # (a batching engine's steps); `mean_batch` is the time-weighted batch size of its steps
+    # (None: the engine reported no steps).
+    shared: bool = False
+    mean_batch: float | None = None
     # Energy above idle between this window and the next (the device winding down), already
     # inside energy_j and net_energy_j; None while the next window has not opened (or no idle).
     tail_energy_j: float | None = None

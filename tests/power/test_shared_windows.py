@@ -1,0 +1,181 @@
+"""Windows that run at once on a batching engine share each refresh interval by the work each
+did in it: their energies add up to the union's, idle counted once, and twice the tokens in the
+same steps is twice the energy."""
+
+import pytest
+
+from openjarvis.power.edges import Knot, Piece, Span, attribute, mean_batch
+from openjarvis.power.meter import Meter
+from tests.fakes.clock import FakeClock
+from tests.fakes.nvml import FakeGpu, SteppingCounter, install_fake_nvml
+from tests.power.test_meter import spend
+
+UUID = "GPU-aaaa1111-0000-0000-0000-000000000000"
+IDLE_W, TOKEN_W, STEP_S = 120.0, 40.0, 0.02
+
+
+class Engine:
+    """Steps of a batching engine, back to back; the board draws TOKEN_W per token in a step."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[float, float, int]] = []  # start, end, tokens
+
+    def power_w(self, time_s: float) -> float:
+        for start_s, end_s, tokens in reversed(self.steps):
+            if start_s <= time_s < end_s:
+                return IDLE_W + TOKEN_W * tokens
+            if end_s <= time_s:
+                break
+        return IDLE_W
+
+
+def meter_on(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, engine: Engine) -> tuple:
+    fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID)])
+    counter = SteppingCounter(clock, fake.gpus[0], engine.power_w, phase_s=0.037)
+    meter = Meter.discover(
+        "accelerator", "/nonexistent", estimate_cpu=False, clock=clock, sleep=clock.sleep
+    )
+    spend(meter, clock, 0.5)
+    meter.measure_idle(2.0)
+    return meter, counter
+
+
+def run_batch(
+    meter: Meter, clock: FakeClock, engine: Engine, schedule: list[tuple[int, int, int]]
+) -> list:
+    """Windows open and close at step boundaries (first step, last step + 1, tokens per step);
+    the engine runs one step at a time over the windows active in it and each window gets its
+    pieces, as a batching engine fills `Completion.work`."""
+    contexts = [meter.window(f"request-{i}") for i in range(len(schedule))]
+    handles: list = [None] * len(schedule)
+    pieces: list[list[Piece]] = [[] for _ in schedule]
+    for step in range(max(end for _, end, _ in schedule) + 1):
+        for i, (first, last, _) in enumerate(schedule):
+            if step == last:
+                contexts[i].__exit__(None, None, None)
+                handles[i].add_work(pieces[i])
+            if step == first:
+                handles[i] = contexts[i].__enter__()
+        active = [i for i, (first, last, _) in enumerate(schedule) if first <= step < last]
+        if not active:
+            continue
+        tokens = sum(schedule[i][2] for i in active)
+        start_s = clock.now_s
+        engine.steps.append((start_s, start_s + STEP_S, tokens))
+        spend(meter, clock, STEP_S)
+        for i in active:
+            pieces[i].append(Piece(start_s, clock.now_s, schedule[i][2] / tokens, len(active)))
+    return handles
+
+
+def test_overlapping_windows_with_work_add_up_to_the_union_and_idle_counts_once(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    engine = Engine()
+    meter, counter = meter_on(monkeypatch, clock, engine)
+    run_start_s = clock.now_s
+    # Four requests arriving 0.1 s apart, each 30 steps; the first decodes two tokens a step.
+    handles = run_batch(meter, clock, engine, [(0, 30, 2), (5, 35, 1), (10, 40, 1), (15, 45, 1)])
+    spend(meter, clock, 0.5)  # the wind-down after the last step: the last window's tail
+    meter.settle()
+    run_end_s = clock.now_s
+    results = [handle.result for handle in handles]
+
+    assert all(result.shared for result in results)
+    total = meter.total()  # the union of the windows and the last one's tail
+    assert total.net_energy_j is not None
+    net_j = sum(r.net_energy_j for r in results)
+    assert net_j == pytest.approx(total.net_energy_j, rel=0.01)
+    # and the counter's energy above idle over the run
+    bracket_j = counter.true_energy_j(run_start_s, run_end_s) - IDLE_W * (run_end_s - run_start_s)
+    assert net_j == pytest.approx(bracket_j, rel=0.01)
+    # Gross adds idle over the union's time once, however many windows overlap in it.
+    union_s = handles[-1].end_s - handles[0].start_s
+    assert sum(r.energy_j for r in results) - net_j == pytest.approx(IDLE_W * union_s, rel=0.01)
+    # Each request's share follows its tokens: the above-idle energy of its steps' tokens
+    # (whole intervals are split, so a request's figure is close, the sum exact).
+    for handle, result in zip(handles, results, strict=True):
+        own_j = sum(p.share * (p.end_s - p.start_s) for p in handle._work)
+        ideal_j = sum(
+            p.share * (p.end_s - p.start_s) * (TOKEN_W * tokens + IDLE_W)
+            for p, (_, _, tokens) in zip(
+                handle._work,
+                [s for s in engine.steps if s[0] >= handle.start_s and s[1] <= handle.end_s],
+                strict=True,
+            )
+        )
+        assert own_j > 0
+        assert result.energy_j == pytest.approx(ideal_j, rel=0.06)
+    # The first request ran at batch 1 for 5 steps, 2 for 5, 3 for 5, then 4 for 15.
+    assert results[0].mean_batch == pytest.approx((5 * 1 + 5 * 2 + 5 * 3 + 15 * 4) / 30)
+
+
+def test_twice_the_tokens_in_the_same_steps_is_twice_the_energy(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    engine = Engine()
+    meter, _ = meter_on(monkeypatch, clock, engine)
+    double, single = run_batch(meter, clock, engine, [(0, 20, 2), (0, 20, 1)])
+    spend(meter, clock, 0.5)
+    meter.settle()
+    double_result, single_result = double.result, single.result
+    assert double_result.net_energy_j == pytest.approx(2 * single_result.net_energy_j, rel=1e-9)
+    assert double_result.energy_j == pytest.approx(2 * single_result.energy_j, rel=1e-9)
+    assert (double_result.mean_batch, single_result.mean_batch) == (2.0, 2.0)
+
+
+def test_one_interval_split_by_claims_with_idle_once_and_a_window_without_work_at_the_mean():
+    knots = [Knot(0.0, 0.0), Knot(0.1, 30.0)]  # 300 W; idle 100 W: 20 J above idle
+    steps = (Piece(0.0, 0.1, 0.75, 2),)
+    halves = (Piece(0.0, 0.1, 0.25, 2),)
+    big, small, silent = attribute(
+        knots,
+        [Span(0.0, 0.1, work=steps), Span(0.0, 0.1, work=halves), Span(0.05, 0.1)],
+        idle_power_w=100.0,
+    )
+    # Claims: 0.075 and 0.025 s; the window without work claims 0.05 s at the mean rate of
+    # 0.5 per second of window: 0.025 s. The whole 30 J is split, idle once.
+    assert (big.energy_j, small.energy_j, silent.energy_j) == pytest.approx((18.0, 6.0, 6.0))
+    assert (big.net_j, small.net_j, silent.net_j) == pytest.approx((12.0, 4.0, 4.0))
+    assert big.shared and small.shared and silent.shared
+    # A window with work that waited in this interval (no steps in it) gets nothing here.
+    waiting = Span(0.0, 0.1, work=(Piece(0.2, 0.3, 1.0, 1),))
+    _, queued = attribute(knots, [Span(0.0, 0.1, work=steps), waiting], idle_power_w=100.0)
+    assert queued.energy_j == 0.0
+
+
+def test_intervals_without_work_keep_the_rules_of_windows_without_work():
+    knots = [Knot(0.0, 0.0), Knot(0.1, 30.0)]
+    with_work = attribute(knots, [Span(0.0, 0.05, work=(Piece(0.5, 0.6, 1.0, 1),))], 100.0)
+    without = attribute(knots, [Span(0.0, 0.05)], 100.0)
+    assert with_work == without
+    assert not with_work[0].shared
+
+
+def test_mean_batch_is_weighted_by_step_time():
+    pieces = [Piece(0.0, 0.1, 0.5, 2), Piece(0.1, 0.4, 0.25, 4)]
+    assert mean_batch(pieces) == pytest.approx((2 * 0.1 + 4 * 0.3) / 0.4)
+    assert mean_batch([]) is None
+
+
+def test_a_window_with_work_waits_for_the_work_of_a_neighbour_that_closed(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    engine = Engine()
+    meter, _ = meter_on(monkeypatch, clock, engine)
+    first, second = meter.window("a"), meter.window("b")
+    a, b = first.__enter__(), second.__enter__()
+    start_s = clock.now_s
+    engine.steps.append((start_s, start_s + 0.3, 2))
+    spend(meter, clock, 0.3)
+    first.__exit__(None, None, None)
+    second.__exit__(None, None, None)
+    a.add_work([Piece(start_s, clock.now_s, 0.5, 2)])
+    spend(meter, clock, 0.3)
+    meter.settle()
+    spend(meter, clock, 0.3)
+    assert a.settled() is None  # b's work may still come
+    b.add_work([Piece(start_s, start_s + 0.3, 0.5, 2)])
+    settled = a.settled()
+    assert settled is not None and settled.shared
+    assert settled.energy_j == pytest.approx(b.result.energy_j, rel=1e-9)
