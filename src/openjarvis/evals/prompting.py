@@ -6,9 +6,23 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from openjarvis.evals.types import Task, TaskKind
-from openjarvis.runtime.types import ChatMessage, ChatRequest, GenerationRequest, Request
+from openjarvis.runtime.types import (
+    ChatMessage,
+    ChatRequest,
+    Completion,
+    Engine,
+    GenerationRequest,
+    Request,
+)
 
-__all__ = ["PROMPTINGS", "Prompting", "describe_prompting", "run_prompting", "task_request"]
+__all__ = [
+    "PROMPTINGS",
+    "Prompting",
+    "answer_task",
+    "describe_prompting",
+    "run_prompting",
+    "task_request",
+]
 
 Prompting = Literal["completion", "chat-template"]
 PROMPTINGS: tuple[Prompting, ...] = ("completion", "chat-template")
@@ -17,7 +31,8 @@ PROMPTINGS: tuple[Prompting, ...] = ("completion", "chat-template")
 def _prompting(kind: TaskKind, model_kind: str | None) -> Prompting:
     # Code prompts are code to continue (HumanEval's own protocol), whatever the model. A base
     # model only continues text, and a model of unknown kind may have no template: completion.
-    if kind == "code" or model_kind != "chat":
+    # lm-eval documents come formatted as the harness publishes them (its default: no template).
+    if kind in ("code", "harness") or model_kind != "chat":
         return "completion"
     return "chat-template"
 
@@ -43,6 +58,14 @@ def task_request(task: Task, prompting: Prompting, temperature: float, seed: int
         temperature=temperature,
         seed=seed,
     )
+
+
+def answer_task(engine: Engine, task: Task, request: Request) -> Completion:
+    """The task's completion: its own requests where it brings them (TaskProcedure), else the
+    one request; called inside the task's energy window."""
+    if task.procedure is not None:
+        return task.procedure.answer(engine, request)
+    return engine.generate(request)
 
 
 def describe_prompting(prompting: object) -> str:

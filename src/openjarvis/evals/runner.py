@@ -22,7 +22,7 @@ from openjarvis.evals.metrics import (
     task_figures,
     window_flags,
 )
-from openjarvis.evals.prompting import Prompting, run_prompting, task_request
+from openjarvis.evals.prompting import Prompting, answer_task, run_prompting, task_request
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.suites import load_suite
@@ -402,7 +402,7 @@ def _measure_task(
     for sample in range(spec.samples):
         request = task_request(task, prompting[task.kind], spec.temperature, spec.seed + sample)
         with meter.window(f"{task.task_id}#{sample}") as window:
-            completion = engine.generate(request)
+            completion = answer_task(engine, task, request)
         if completion.ttft_s is not None:  # prefill energy is what the window drew until then
             window.mark_first_token(window.start_s + completion.ttft_s)
         completions.append(completion)

@@ -75,7 +75,10 @@ def score_completions(
 
 
 def check_answer(task: Task, completion: str) -> ExecutionResult:
-    """Judge a multiple-choice or exact-match completion by its text alone (nothing runs)."""
+    """Judge a multiple-choice or exact-match completion by its text alone (nothing runs), or
+    hand it to the task's own scorer (lm-eval's metric, a judge model)."""
+    if task.procedure is not None:
+        return task.procedure.score(completion)
     started = time.perf_counter()
     if task.kind == "multiple_choice":
         chosen = extract_choice(completion, task.choices)
@@ -91,8 +94,10 @@ def check_answer(task: Task, completion: str) -> ExecutionResult:
         got, expected = _normalize(completion, task), _normalize(task.answer, task)
         passed = got == expected
         detail = f"got {got[:200]!r}; expected {expected!r}"
-    else:
+    elif task.kind == "code":
         raise ValueError(f"{task.kind} tasks are scored in the sandbox, not by their text")
+    else:
+        raise ValueError(f"{task.kind} tasks are scored by their own procedure, which is unset")
     duration_s = time.perf_counter() - started
     return ExecutionResult("passed" if passed else "failed", "" if passed else detail, duration_s)
 

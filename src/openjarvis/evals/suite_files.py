@@ -25,18 +25,26 @@ _DEFAULT_STOP: dict[TaskKind, tuple[str, ...]] = {
     "code": HUMANEVAL_STOP,
     "multiple_choice": _ANSWER_STOP,
     "exact_match": _ANSWER_STOP,
+    "open_ended": (),  # an open answer may run over paragraphs: the model's end of turn ends it
 }
-_DEFAULT_MAX_TOKENS: dict[TaskKind, int] = {"code": 512, "multiple_choice": 32, "exact_match": 32}
+_DEFAULT_MAX_TOKENS: dict[TaskKind, int] = {
+    "code": 512,
+    "multiple_choice": 32,
+    "exact_match": 32,
+    "open_ended": 512,
+}
 _COMMON_FIELDS = ("task_id", "kind", "stop", "max_tokens")
 _REQUIRED: dict[TaskKind, tuple[str, ...]] = {
     "code": ("prompt", "test", "entry_point"),
     "multiple_choice": ("question", "choices", "answer"),
     "exact_match": ("prompt", "answer"),
+    "open_ended": ("prompt",),
 }
 _OPTIONAL: dict[TaskKind, tuple[str, ...]] = {
     "code": ("canonical_solution",),
     "multiple_choice": (),
     "exact_match": ("normalize",),
+    "open_ended": ("reference",),  # shown to the judge as a reference answer
 }
 _LETTERS = string.ascii_uppercase
 
@@ -123,6 +131,8 @@ def _parse_line(line: str) -> tuple[Task, str | None]:
         return _code_task(record, common)
     if kind == "multiple_choice":
         return _choice_task(record, common)
+    if kind == "open_ended":
+        return _open_task(record, common)
     return _exact_task(record, common)
 
 
@@ -198,6 +208,12 @@ def _exact_task(record: dict[str, Any], common: dict[str, Any]) -> tuple[Task, s
         )
     task = Task(prompt=_text(record, "prompt"), answer=answer, normalize=tuple(steps), **common)
     return task, answer
+
+
+def _open_task(record: dict[str, Any], common: dict[str, Any]) -> tuple[Task, str | None]:
+    """A prompt whose answer a judge model rates (evals/judge.py); no reference completion."""
+    reference = _text(record, "reference") if "reference" in record else ""
+    return Task(prompt=_text(record, "prompt"), answer=reference, **common), None
 
 
 def _text(record: dict[str, Any], name: str) -> str:

@@ -1,10 +1,13 @@
 """Plain data for evals: tasks of a suite and the outcome of running a completion's tests.
 
-A task is one of three kinds (docs/suites.md): code, multiple_choice or exact_match.
+A suite file's task is one of four kinds (docs/suites.md): code, multiple_choice, exact_match or
+open_ended (scored by a judge model); lm-eval documents are tasks of kind harness (docs/harness.md).
 """
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
+
+from openjarvis.runtime.types import Completion, Engine, Request
 
 __all__ = [
     "NORMALIZE_STEPS",
@@ -14,10 +17,12 @@ __all__ = [
     "Normalize",
     "Task",
     "TaskKind",
+    "TaskProcedure",
 ]
 
-TaskKind = Literal["code", "multiple_choice", "exact_match"]
-TASK_KINDS: tuple[TaskKind, ...] = ("code", "multiple_choice", "exact_match")
+TaskKind = Literal["code", "multiple_choice", "exact_match", "open_ended", "harness"]
+# The kinds a suite file may hold; harness tasks come from lm-eval's own task definitions.
+TASK_KINDS: tuple[TaskKind, ...] = ("code", "multiple_choice", "exact_match", "open_ended")
 Normalize = Literal["strip", "lower", "number"]
 NORMALIZE_STEPS: tuple[Normalize, ...] = ("strip", "lower", "number")
 
@@ -29,6 +34,8 @@ class Task:
     code: `test` defines check(candidate), run on `entry_point` in the sandbox.
     multiple_choice: `prompt` is rendered from the question and `choices`; `answer` is a letter.
     exact_match: `answer` compared with the completion after the `normalize` steps.
+    open_ended: a judge model gives the verdict (`answer`, when given, is a reference for it).
+    harness: one lm-eval document; its `procedure` sends the harness's requests and scores them.
     """
 
     task_id: str
@@ -41,6 +48,8 @@ class Task:
     choices: tuple[str, ...] = ()
     answer: str = ""
     normalize: tuple[Normalize, ...] = ()
+    # Set where the task brings its own requests or scorer (lm-eval documents, judged tasks).
+    procedure: "TaskProcedure | None" = None
 
 
 ExecutionStatus = Literal["passed", "failed", "timeout", "error"]
@@ -57,3 +66,17 @@ class ExecutionResult:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+
+class TaskProcedure(Protocol):
+    """How a task that is more than one request and a string check is answered and scored: an
+    lm-eval document (several requests, the harness's own metric) or a judged answer."""
+
+    def answer(self, engine: Engine, request: Request) -> Completion:
+        """Run the task's requests on `engine` (inside the task's energy window) as one
+        completion; `request` is what the task would send alone (its temperature and seed)."""
+        ...
+
+    def score(self, completion: str) -> ExecutionResult:
+        """Passed or failed, outside the energy window."""
+        ...
