@@ -164,6 +164,7 @@ class Run(Base):
     process_host: Mapped[str | None] = mapped_column(String(255))
     process_pid: Mapped[int | None] = mapped_column(Integer)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    concurrency: Mapped[int] = mapped_column(Integer, server_default="1")  # tasks in flight
 
     host: Mapped[Host | None] = relationship(lazy="joined")
     model: Mapped[Model] = relationship(lazy="joined")
@@ -197,6 +198,7 @@ class Run(Base):
             process_host=self.process_host,
             process_pid=self.process_pid,
             heartbeat_at=self.heartbeat_at,
+            concurrency=self.concurrency,
         )
 
 
@@ -223,6 +225,8 @@ class TaskResult(Base):
     prefill_energy_j: Mapped[float | None] = mapped_column(Float)
     decode_energy_j: Mapped[float | None] = mapped_column(Float)
     overlapped: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    shared: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    mean_batch: Mapped[float | None] = mapped_column(Float)
 
     energy_readings: Mapped[list["EnergyReading"]] = relationship(
         lazy="selectin", cascade="all, delete-orphan", order_by="EnergyReading.id"
@@ -250,6 +254,8 @@ class TaskResult(Base):
             prefill_energy_j=record.prefill_energy_j,
             decode_energy_j=record.decode_energy_j,
             overlapped=record.overlapped,
+            shared=record.shared,
+            mean_batch=record.mean_batch,
         )
 
     def to_record(self) -> TaskResultRecord:
@@ -272,6 +278,8 @@ class TaskResult(Base):
             prefill_energy_j=self.prefill_energy_j,
             decode_energy_j=self.decode_energy_j,
             overlapped=self.overlapped,
+            shared=self.shared,
+            mean_batch=self.mean_batch,
         )
 
 

@@ -67,6 +67,7 @@ class RunRecord:
     process_host: str | None = None
     process_pid: int | None = None
     heartbeat_at: datetime | None = None
+    concurrency: int = 1  # tasks in flight at once (`ipw measure --concurrency`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,10 @@ class TaskResultRecord:
     prefill_energy_j: float | None = None  # window start to first token
     decode_energy_j: float | None = None  # first token to window end, with the tail
     overlapped: bool = False  # a window of the task overlapped another's
+    # Its energy was split with tasks that ran at once, by the work each did (docs/energy.md),
+    # and the time-weighted batch size of the engine steps it took part in (None: not reported).
+    shared: bool = False
+    mean_batch: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ energy (per source, with method), so `ipw` can show the joules of a coding sessi
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 
-from sqlalchemy import JSON, Boolean, Float, Integer, String, select
+from sqlalchemy import JSON, Boolean, Float, Integer, String, false, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from openjarvis.store.models import Base, UTCDateTime
@@ -36,6 +36,10 @@ class RequestLogRecord:
     # Per source: {"source", "domain", "method", "energy_j", "net_energy_j", "null_reason"}.
     energy_sources: list[dict[str, object]] = field(default_factory=list)
     cost_usd: float | None = None
+    # The energy was split with requests served at once, by the work each did (docs/energy.md),
+    # and the time-weighted batch size of its engine steps (None: the engine reported none).
+    shared: bool = False
+    mean_batch: float | None = None
     started_at: datetime | None = None  # set by log_request when None
     id: int | None = None
 
@@ -62,6 +66,8 @@ class RequestLog(Base):
     energy_null_reason: Mapped[str | None] = mapped_column(String(64))
     energy_sources: Mapped[list[dict[str, object]]] = mapped_column(JSON)
     cost_usd: Mapped[float | None] = mapped_column(Float)
+    shared: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    mean_batch: Mapped[float | None] = mapped_column(Float)
 
     def to_record(self) -> RequestLogRecord:
         values = {name: getattr(self, name) for name in _FIELDS}

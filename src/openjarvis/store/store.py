@@ -331,6 +331,7 @@ def run_row(session: Session, run: RunRecord, run_id: str) -> Run:
         process_host=run.process_host,
         process_pid=run.process_pid,
         heartbeat_at=run.heartbeat_at,
+        concurrency=run.concurrency,
     )
 
 
