@@ -11,6 +11,7 @@ import pytest
 from openjarvis.power import Meter
 from openjarvis.store import Store, open_store
 from openjarvis.tui import AssistantApp
+from openjarvis.tui.energy import AssistantMeter
 from tests.tui.scripted import ScriptedEngine, scripted_model
 
 __all__ = ["make_app", "meter", "project", "store"]
@@ -38,12 +39,14 @@ def meter() -> Iterator[Meter]:
 
 @pytest.fixture
 def make_app(project: Path, store: Store, meter: Meter) -> Callable[..., AssistantApp]:
-    """An app over scripted engines: `engines` maps a /model spec (None: the first) to one."""
+    """An app over scripted engines: `engines` maps a /model spec (None: the first) to one;
+    the real meter unless the test gives another."""
 
     def make(
         *engines: ScriptedEngine,
         context_tokens: int | None = 4096,
         resume_session: str | None = None,
+        meter: AssistantMeter = meter,
     ) -> AssistantApp:
         by_spec = {None: engines[0], **{engine.name: engine for engine in engines}}
         return AssistantApp(

@@ -6,7 +6,7 @@ context and energy accounting run for real on its numbers.
 
 import re
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from openjarvis.runtime.types import (
@@ -30,6 +30,9 @@ class ScriptedEngine:
     cloud_joules_per_token: float | None = None  # set: replies carry a labelled estimate
     cost_usd_per_token: float | None = None
     delay_s: float = 0.0  # between chunks, for tests that act while a reply streams
+    # The snapshot tests pass a clock that steps, so that timings and tokens/s repeat exactly.
+    clock: Callable[[], float] = time.monotonic
+    concurrency: int = 1
     requests: list[ChatRequest] = field(default_factory=list)
     closed: bool = False
 
@@ -52,7 +55,7 @@ class ScriptedEngine:
         self.requests.append(request)
         if not self.replies:
             raise AssertionError("the scripted engine ran out of replies")
-        start_s = time.monotonic()
+        start_s = self.clock()
         script = self.replies.pop(0)
         finish = "stop"
         for stop in request.stop:
@@ -64,7 +67,7 @@ class ScriptedEngine:
         times = []
         for word in words:
             time.sleep(self.delay_s)
-            times.append(time.monotonic())
+            times.append(self.clock())
             yield StreamChunk(word, times[-1])
         prompt_tokens = sum(len(m.content.split()) + 4 for m in request.messages)
         tokens = len(words)
@@ -78,13 +81,13 @@ class ScriptedEngine:
             prompt_tokens=prompt_tokens,
             completion_tokens=tokens,
             finish_reason=finish,
-            wall_s=time.monotonic() - start_s,
+            wall_s=self.clock() - start_s,
             ttft_s=times[0] - start_s if times else None,
             decode_s=times[-1] - times[0] if times else None,
             cost_usd=cost,
             energy_estimate=estimate,
         )
-        yield StreamChunk("", time.monotonic(), completion)
+        yield StreamChunk("", self.clock(), completion)
 
     def close(self) -> None:
         self.closed = True

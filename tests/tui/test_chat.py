@@ -35,10 +35,10 @@ def test_reply_streams_as_markdown_and_status_shows_energy(
             assert "scripted-model" in status and "ctx " in status and "tok/s" in status
             context = next(part for part in status.split(" │ ") if part.startswith("ctx"))
             assert "~" not in context  # the engine counted the context
-            assert app.session_energy.by_model["scripted-model"].replies == 1
+            assert app.chat.energy.by_model["scripted-model"].replies == 1
 
     run(scenario())
-    stored = assistant_messages(app.session_log._store, app.session_log.session_id)
+    stored = assistant_messages(app.chat.log._store, app.chat.log.session_id)
     assert [m.role for m in stored] == ["user", "assistant"]
     reply = stored[1]
     assert reply.completion_tokens and reply.completion_tokens > 0

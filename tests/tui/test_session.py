@@ -48,7 +48,7 @@ def test_a_request_beyond_the_context_asks_before_dropping_old_turns(
             assert "Dropped 2 old messages" in notices(app)
 
     run(scenario())
-    stored = assistant_messages(store, app.session_log.session_id or "")
+    stored = assistant_messages(store, app.chat.log.session_id or "")
     assert [m.in_context for m in stored] == [False, False, True, True]
 
 
@@ -69,7 +69,7 @@ def test_cancelling_keeps_the_message_out_of_the_context(
             await settle(pilot)
             assert engine.requests == []
             assert "Not sent" in notices(app)
-            assert not app.conversation.in_context
+            assert not app.chat.conversation.in_context
             assert not app.busy
 
     run(scenario())
@@ -141,14 +141,14 @@ def test_help_clear_and_input_history(make_app: Callable[..., AssistantApp]) -> 
             assert "/undo" in notices(app) and "/cost" in notices(app)
             await ask(pilot, "first question")
             await settle(pilot)
-            first_session = app.session_log.session_id
+            first_session = app.chat.log.session_id
             await ask(pilot, "/clear")
             await settle(pilot)
-            assert app.conversation.messages == [] and app.session_energy.energy_j == 0
+            assert app.chat.conversation.messages == [] and app.chat.energy.energy_j == 0
             assert not app.query(ReplyView)
             await ask(pilot, "second question")
             await settle(pilot)
-            assert app.session_log.session_id not in (None, first_session)
+            assert app.chat.log.session_id not in (None, first_session)
             prompt = app.query_one(HistoryInput)
             prompt.focus()
             await pilot.press("up")
@@ -175,13 +175,13 @@ def test_resume_continues_the_last_session_of_the_folder(
 
     run(chat_once(app, "what is the answer?"))
     session_id = latest_session_id(store, project)
-    assert session_id == app.session_log.session_id
+    assert session_id == app.chat.log.session_id
     second = ScriptedEngine(["You asked about the answer."])
     resumed = make_app(second, resume_session=session_id)
     run(chat_once(resumed, "what did I ask?"))
     sent = [m.content for m in second.requests[0].messages]
     assert "what is the answer?" in sent and "The answer is 42." in sent
-    assert resumed.session_energy.by_model["scripted-model"].replies == 2
+    assert resumed.chat.energy.by_model["scripted-model"].replies == 2
     assert len(assistant_messages(store, session_id)) == 4
     with pytest.raises(UserError, match="no earlier jarvis session"):
         latest_session_id(store, project / "elsewhere")
@@ -220,7 +220,7 @@ def test_escape_stops_a_streaming_reply(make_app: Callable[..., AssistantApp]) -
             reply = app.query_one(ReplyView)
             assert 0 < reply.text.count("slow") < 200
             assert "stopped" in str(reply.query_one(".reply-footer").render())
-            assert app.conversation.messages[-1].role == "user"  # a stopped reply is not kept
+            assert app.chat.conversation.messages[-1].role == "user"  # a stopped reply is not kept
 
     run(scenario())
 

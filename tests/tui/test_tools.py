@@ -106,7 +106,7 @@ def test_edit_is_shown_as_a_diff_and_applied_only_after_yes_then_undone(
             notices = [str(n.source) for n in app.query(".notice")]
             assert any("undone: hello.py" in n and "git:" in n for n in notices)
             # The model hears of the undo with the next message.
-            assert "/undo" in app.conversation.messages[-1].content
+            assert "/undo" in app.chat.conversation.messages[-1].content
 
     run(scenario())
     done = subprocess.run(["git", "status", "--short"], cwd=project, capture_output=True, text=True)
@@ -127,7 +127,7 @@ def test_a_declined_edit_changes_nothing_and_the_model_waits(
             await pilot.press("n")
             await settle(pilot)
             assert not app.query(ApprovalPrompt)
-            assert "declined" in app.conversation.messages[-1].content
+            assert "declined" in app.chat.conversation.messages[-1].content
             assert len(engine.requests) == 1
 
     run(scenario())

@@ -4,12 +4,48 @@ A local reply's energy is the meter's window around it; a cloud reply's is the e
 labelled estimate (docs/assistant.md). Live watts come from the meter's trace.
 """
 
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
-from openjarvis.power import Meter, WindowEnergy
+from openjarvis.power import Method, PowerSample, WindowEnergy
 from openjarvis.runtime.types import EnergyEstimate
 
-__all__ = ["LiveWatts", "ModelTotals", "ReplyEnergy", "SessionEnergy", "format_joules"]
+__all__ = [
+    "AssistantMeter",
+    "LiveWatts",
+    "MeteredWindow",
+    "ModelTotals",
+    "ReplyEnergy",
+    "SessionEnergy",
+    "format_joules",
+]
+
+
+class MeteredWindow(Protocol):
+    @property
+    def result(self) -> WindowEnergy: ...
+
+
+class NamedSource(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class AssistantMeter(Protocol):
+    """What the assistant reads from `power.Meter`: a window around each reply, the trace for
+    live watts, and the method of the sources in scope (tests give a fixed-figure fake)."""
+
+    @property
+    def scoped_sources(self) -> Sequence[NamedSource]: ...
+
+    @property
+    def method(self) -> Method | None: ...
+
+    def window(self, label: str) -> AbstractContextManager[MeteredWindow]: ...
+
+    def drain_trace(self) -> list[PowerSample]: ...
 
 
 def format_joules(energy_j: float | None, method: str | None, named: bool = True) -> str:
@@ -114,7 +150,7 @@ class SessionEnergy:
 class LiveWatts:
     """Watts now: the newest trace sample of each source in the meter's scope, summed."""
 
-    def __init__(self, meter: Meter) -> None:
+    def __init__(self, meter: AssistantMeter) -> None:
         self._meter = meter
         self._in_scope = {source.name for source in meter.scoped_sources}
         self._latest_w: dict[str, float] = {}

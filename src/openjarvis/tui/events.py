@@ -5,18 +5,16 @@ Workers never touch widgets; they post one of these and the app's handlers do th
 
 from textual.message import Message
 
-from openjarvis.runtime.types import Completion
-from openjarvis.tui.energy import ReplyEnergy
 from openjarvis.tui.engines import LoadedModel
-from openjarvis.tui.protocol import ToolCall
+from openjarvis.tui.replies import ReplyOutcome
+from openjarvis.tui.tooling import ToolOutcome
 from openjarvis.tui.tools import PendingCommand, PendingEdit
 
 __all__ = [
     "ModelFailed",
     "ModelLoaded",
     "ReplyChunk",
-    "ReplyDone",
-    "ReplyFailed",
+    "ReplyEnded",
     "ToolFinished",
     "ToolPending",
 ]
@@ -44,28 +42,18 @@ class ReplyChunk(Message):
         self.time_s = time_s  # time.monotonic() when the first of them arrived
 
 
-class ReplyDone(Message):
-    def __init__(self, completion: Completion, energy: ReplyEnergy) -> None:
+class ReplyEnded(Message):
+    """The reply finished, or the engine refused, or the user stopped it."""
+
+    def __init__(self, outcome: ReplyOutcome) -> None:
         super().__init__()
-        self.completion = completion
-        self.energy = energy
-
-
-class ReplyFailed(Message):
-    """The engine refused or the user stopped the reply; energy spent so far, if measured."""
-
-    def __init__(self, error: str, energy: ReplyEnergy | None) -> None:
-        super().__init__()
-        self.error = error
-        self.energy = energy
+        self.outcome = outcome
 
 
 class ToolFinished(Message):
-    def __init__(self, call: ToolCall, title: str, result: str) -> None:
+    def __init__(self, outcome: ToolOutcome) -> None:
         super().__init__()
-        self.call = call
-        self.title = title  # one line for the collapsed panel
-        self.result = result  # what goes back to the model
+        self.outcome = outcome
 
 
 class ToolPending(Message):

@@ -1,15 +1,20 @@
 """The status bar: model, context use, watts now, the reply's joules and speed, the session's.
 
-`StatusState` is plain data; `render_status` turns it into the line, so tests can read it.
+`StatusState` is plain data that `LiveStatus` keeps current; `render_status` turns it into the
+line, so tests can read it.
 """
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from textual.widgets import Static
 
-from openjarvis.tui.energy import format_joules
+from openjarvis.runtime.types import Completion
+from openjarvis.tui.conversation import Conversation
+from openjarvis.tui.energy import LiveWatts, ReplyEnergy, SessionEnergy, format_joules
 
-__all__ = ["StatusBar", "StatusState", "render_status"]
+__all__ = ["LiveStatus", "StatusBar", "StatusState", "render_status"]
 
 
 @dataclass(slots=True)
@@ -50,6 +55,71 @@ def render_status(state: StatusState) -> str:
     if state.session_estimated or state.reply_method == "estimate":
         parts.append("≈ estimate")
     return " │ ".join(parts)
+
+
+class LiveStatus:
+    """Keeps a `StatusState` current: the watts now and, while a reply streams, its joules so
+    far (the live watts integrated) and its speed; the reply's final figures when it ends."""
+
+    def __init__(self, watts: LiveWatts, clock: Callable[[], float] = time.monotonic) -> None:
+        self.state = StatusState()
+        self._watts = watts
+        self._clock = clock
+        self._last_tick_s = clock()
+        self._chunks = 0  # engine chunks of the streaming reply (about a token each)
+        self._first_s: float | None = None  # when its first chunk arrived
+
+    def tick(self) -> None:
+        now_s = self._clock()
+        # A busy machine delays ticks: integrate over the time that really passed.
+        elapsed_s, self._last_tick_s = now_s - self._last_tick_s, now_s
+        watts = self._watts.poll()
+        state = self.state
+        if state.reply_live and watts is not None:
+            state.reply_j = (state.reply_j or 0.0) + watts * elapsed_s
+            state.reply_method = self._watts.method
+        state.watts_now = watts
+        if state.reply_live and self._first_s is not None and self._chunks > 1:
+            streamed_s = self._clock() - self._first_s
+            state.tokens_per_s = (self._chunks - 1) / streamed_s if streamed_s > 0 else None
+            state.reply_tokens = self._chunks
+
+    def account(
+        self, conversation: Conversation, context_size: int | None, energy: SessionEnergy
+    ) -> None:
+        """The context's use against the model's size, and the session's joules."""
+        state = self.state
+        state.context_used = conversation.used_tokens
+        state.context_exact = conversation.exact
+        state.context_size = context_size
+        state.session_j = energy.energy_j
+        state.session_estimated = energy.estimated
+
+    def reply_started(self) -> None:
+        self._chunks, self._first_s = 0, None
+        state = self.state
+        state.reply_j, state.reply_method, state.reply_live = None, None, True
+        state.tokens_per_s, state.reply_tokens = None, 0
+
+    def reply_streamed(self, pieces: int, time_s: float) -> None:
+        self._chunks += pieces
+        if self._first_s is None:
+            self._first_s = time_s
+
+    def reply_ended(self, energy: ReplyEnergy | None, completion: Completion | None) -> None:
+        """Stopped or failed (no completion): the figures so far stay, with the window's
+        energy where it was measured."""
+        state = self.state
+        state.reply_live = False
+        if energy is not None:
+            state.reply_j, state.reply_method = energy.energy_j, energy.method
+        if completion is not None:
+            state.reply_tokens = completion.completion_tokens
+            state.tokens_per_s = completion.decode_tokens_per_s
+
+    def reply_cleared(self) -> None:
+        state = self.state
+        state.reply_j, state.reply_tokens, state.tokens_per_s = None, 0, None
 
 
 class StatusBar(Static):
