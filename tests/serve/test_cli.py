@@ -84,3 +84,26 @@ def test_bad_engine_is_one_line_exit_2() -> None:
     assert done.stderr.strip().splitlines() == [
         "error: --engine openai needs --model NAME (the server's model name)"
     ]
+
+
+def test_bad_max_concurrency_is_one_line_exit_2() -> None:
+    done = subprocess.run(
+        [*JARVIS, "serve", "--max-concurrency", "0"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --max-concurrency must be at least 1, not 0"
+    ]
+
+
+def test_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["serve", "--port", str(port), "--idle-seconds", "0", "--no-log", "--n-ctx", "512"]
+        done = subprocess.run([*JARVIS, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port} (Address already in use); pass another --port"
+    ]

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from openjarvis.errors import UserError
+from openjarvis.serve.admission import DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUE
 
 __all__ = ["serve_command"]
 
@@ -42,6 +43,13 @@ def serve_command(
     idle_seconds: Annotated[float, typer.Option(help="Idle power measured at start")] = 3.0,
     db: Annotated[str | None, typer.Option(help="Database URL or path (or OPENJARVIS_DB)")] = None,
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not log requests")] = False,
+    max_concurrency: Annotated[
+        int,
+        typer.Option(help="Requests generating at once, at most (the engine may allow fewer)"),
+    ] = DEFAULT_MAX_CONCURRENCY,
+    max_queue: Annotated[
+        int, typer.Option(help="Requests waiting for a turn; beyond them the answer is 429")
+    ] = DEFAULT_MAX_QUEUE,
 ) -> None:
     """Serve a model over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models)."""
     from openjarvis.report.runs import coverage_names, scope_label
@@ -57,6 +65,10 @@ def serve_command(
 
     if scope not in ("system", "accelerator"):
         raise UserError(f"unknown energy scope {scope!r}; use --scope system or accelerator")
+    if max_concurrency < 1:
+        raise UserError(f"--max-concurrency must be at least 1, not {max_concurrency}")
+    if max_queue < 0:
+        raise UserError(f"--max-queue must be 0 or more, not {max_queue}")
     spec = EngineSpec(
         kind=engine,
         model=model,
@@ -81,9 +93,16 @@ def serve_command(
                 api_key=api_key,
                 scope=scope,  # type: ignore[arg-type]  # typer passes str; checked above
                 idle_seconds=idle_seconds,
+                max_concurrency=max_concurrency,
+                max_queue=max_queue,
             ) as server:
                 method = server.meter.method if opened.kind in LOCAL_ENGINE_KINDS else "estimate"
                 console.print(f"serving {opened.model_name} at {server.url}")
+                console.print(
+                    f"[dim]{server.admission.slots} request(s) at once (engine {opened.kind}: "
+                    f"{opened.concurrency}, --max-concurrency {max_concurrency}), "
+                    f"{max_queue} more may wait (--max-queue)[/]"
+                )
                 for name, holder in server.shared_with.items():
                     console.print(
                         f"note: another measurement holds {name} ({holder}): replies' energy "

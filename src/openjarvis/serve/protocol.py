@@ -1,11 +1,17 @@
-"""The OpenAI wire format of `jarvis serve`: request bodies to engine requests, and completions
-plus energy back to response bodies and stream chunks (with the extra `energy` field).
+"""The OpenAI wire format of `jarvis serve`: request bodies as pydantic models, turned into engine
+requests, and completions plus energy back to response bodies and stream chunks (with the extra
+`energy` field).
+
+Unknown fields are ignored, as OpenAI-compatible servers do; a field the server cannot honour
+(`tools`, `n` > 1, ...) is refused with its name rather than silently dropped.
 """
 
 import time
 import uuid
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict
+from typing import Annotated, Literal, NotRequired, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from openjarvis.power.types import Method, Scope, WindowEnergy
 from openjarvis.runtime.types import (
@@ -20,6 +26,8 @@ from openjarvis.runtime.types import (
 
 __all__ = [
     "BadRequest",
+    "ChatBody",
+    "CompletionBody",
     "EnergyField",
     "ParsedRequest",
     "chunk_body",
@@ -35,6 +43,107 @@ _ROLES: dict[str, Role] = {
     "assistant": "assistant",
 }
 _UNSUPPORTED = ("tools", "functions", "logprobs", "top_logprobs", "echo", "suffix")
+
+# Strict: a JSON string or boolean is not a number here (pydantic's lax mode would take "0.5").
+_PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+_Number = Annotated[float, Field(strict=True)]
+_Flag = Annotated[bool, Field(strict=True)]  # lax would take "yes" and "off"
+
+
+class BadRequest(Exception):
+    """A request the server cannot serve: answered 400 with this message and the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class _ContentPart(BaseModel):
+    type: str
+    text: str = ""
+
+
+class _Message(BaseModel):
+    role: Literal["system", "developer", "user", "assistant"]
+    # A string, or text parts; None for an assistant turn that only called tools.
+    content: str | list[_ContentPart] | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _string_or_parts(cls, value: object) -> object:
+        # One plain message instead of pydantic's error per member of the union.
+        if value is None or isinstance(value, str | list):
+            return value
+        raise ValueError("must be a string or a list of text parts")
+
+
+class _JsonSchema(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    schema_: dict[str, object] = Field(alias="schema")
+
+
+class _ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: _JsonSchema | None = None
+
+
+class _StreamOptions(BaseModel):
+    include_usage: _Flag = False
+
+
+class _Body(BaseModel):
+    """What chat and plain completion bodies share."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: _PositiveInt | None = None
+    max_completion_tokens: _PositiveInt | None = None
+    stop: str | list[str] | None = None
+    temperature: Annotated[_Number, Field(ge=0)] | None = None  # null: the API's default, 1
+    seed: Annotated[int, Field(strict=True)] | None = None
+    stream: _Flag = False
+    stream_options: _StreamOptions | None = None
+    response_format: _ResponseFormat | None = None
+    n: Annotated[int, Field(strict=True)] | None = None
+    best_of: Annotated[int, Field(strict=True)] | None = None
+    # Refused when set (each names itself in the 400), accepted when empty or false.
+    tools: object = None
+    functions: object = None
+    logprobs: object = None
+    top_logprobs: object = None
+    echo: object = None
+    suffix: object = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _string_or_strings(cls, value: object) -> object:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return value
+        raise ValueError("must be a string or a list of strings")
+
+
+class ChatBody(_Body):
+    """A /v1/chat/completions body."""
+
+    messages: Annotated[list[_Message], Field(min_length=1)]
+
+
+class CompletionBody(_Body):
+    """A /v1/completions body: one prompt (a list of one string is taken as that string)."""
+
+    prompt: str | list[str]
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_prompt(cls, value: object) -> object:
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if isinstance(value, str):
+            return value
+        raise ValueError("must be a string (one prompt per request)")
 
 
 class _RequestOptions(TypedDict):
@@ -56,13 +165,13 @@ class EnergyField(TypedDict):
     scope: Scope
     null_reason: str | None
     duration_s: float
+    # Split with other requests that ran at the same time (by the work each did), and the
+    # mean number of sequences in the engine's steps; False and None for a request alone.
+    shared: bool
+    mean_batch: float | None
     basis: NotRequired[str]  # a cloud estimate's constants
     low_resolution: NotRequired[bool]  # the meter's windows only
     sources: list[dict[str, object]]
-
-
-class BadRequest(Exception):
-    """A request the server cannot serve: answered 400 with this message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,96 +183,60 @@ class ParsedRequest:
     id: str
 
 
-def _text(content: object) -> str:
-    """A message's content: a string, or a list of text parts (images are refused)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise BadRequest("only text content parts are supported")
-            texts.append(str(part.get("text", "")))
-        return "".join(texts)
-    if content is None:
-        return ""
-    raise BadRequest("message content must be a string or a list of text parts")
+def _text(content: str | list[_ContentPart] | None, index: int) -> str:
+    """A message's content: a string, or text parts (images are refused)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if any(part.type != "text" for part in content):
+        param = f"messages.{index}.content"
+        raise BadRequest(f"'{param}': only text content parts are supported", param)
+    return "".join(part.text for part in content)
 
 
-def _messages(raw: object) -> tuple[ChatMessage, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise BadRequest("'messages' must be a non-empty list")
-    messages = []
-    for item in raw:
-        role = _ROLES.get(str(item.get("role"))) if isinstance(item, dict) else None
-        if role is None:
-            raise BadRequest("each message needs a role of system, developer, user or assistant")
-        messages.append(ChatMessage(role, _text(item.get("content"))))
-    return tuple(messages)
-
-
-def _schema(response_format: object) -> dict[str, object] | None:
-    if response_format is None:
+def _schema(response_format: _ResponseFormat | None) -> dict[str, object] | None:
+    if response_format is None or response_format.type == "text":
         return None
-    kind = response_format.get("type") if isinstance(response_format, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":
+    if response_format.type == "json_object":
         return {"type": "object"}
-    if kind == "json_schema" and isinstance(response_format, dict):
-        spec = response_format.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        if isinstance(schema, dict):
-            return schema
-    raise BadRequest("response_format must be text, json_object or json_schema with a schema")
+    if response_format.json_schema is None:
+        param = "response_format.json_schema"
+        raise BadRequest(f"'{param}': needs json_schema.schema for type json_schema", param)
+    return response_format.json_schema.schema_
 
 
-def _number(body: dict[str, object], name: str, default: float | None) -> float | None:
-    value = body.get(name)
-    if value is None:  # absent or JSON null: the API's default
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadRequest(f"'{name}' must be a number")
-    return value
-
-
-def parse_request(body: object, chat: bool) -> ParsedRequest:
-    """An OpenAI chat or completions body as an engine request; BadRequest when unusable."""
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    unsupported = [name for name in _UNSUPPORTED if body.get(name)]
-    unsupported += [name for name in ("n", "best_of") if body.get(name, 1) != 1]
+def parse_request(body: ChatBody | CompletionBody) -> ParsedRequest:
+    """A validated body as an engine request; BadRequest for what the engines cannot do."""
+    unsupported = [name for name in _UNSUPPORTED if getattr(body, name)]
+    unsupported += [name for name in ("n", "best_of") if getattr(body, name) not in (None, 1)]
     if unsupported:
-        raise BadRequest(f"'{unsupported[0]}' is not supported by jarvis serve")
-    max_tokens = _number(body, "max_completion_tokens", None) or _number(body, "max_tokens", None)
-    if max_tokens is not None and (int(max_tokens) != max_tokens or max_tokens < 1):
-        raise BadRequest("'max_tokens' must be a positive integer")
-    stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str | list):
-        raise BadRequest("'stop' must be a string or a list of strings")
-    stops = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop or [])
-    seed = _number(body, "seed", None)
-    shared = _RequestOptions(
-        max_tokens=None if max_tokens is None else int(max_tokens),
-        stop=stops,
-        temperature=float(_number(body, "temperature", 1.0) or 0.0),  # OpenAI's default: 1
-        seed=None if seed is None else int(seed),
-        json_schema=_schema(body.get("response_format")),
+        raise BadRequest(f"'{unsupported[0]}' is not supported by jarvis serve", unsupported[0])
+    stop = body.stop
+    options = _RequestOptions(
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+        temperature=1.0 if body.temperature is None else float(body.temperature),
+        seed=body.seed,
+        json_schema=_schema(body.response_format),
     )
-    if chat:
-        request: Request = ChatRequest(_messages(body.get("messages")), **shared)
+    request: Request
+    if isinstance(body, ChatBody):
+        messages = tuple(
+            ChatMessage(_ROLES[message.role], _text(message.content, index))
+            for index, message in enumerate(body.messages)
+        )
+        request = ChatRequest(messages, **options)
+        prefix = "chatcmpl"
     else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1:
-            prompt = prompt[0]
-        if not isinstance(prompt, str):
-            raise BadRequest("'prompt' must be a string")
-        request = GenerationRequest(prompt, **shared)
-    options = body.get("stream_options")
-    include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-    prefix = "chatcmpl" if chat else "cmpl"
+        assert isinstance(body.prompt, str), "the validator leaves one string"
+        request = GenerationRequest(body.prompt, **options)
+        prefix = "cmpl"
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
     return ParsedRequest(
-        request, chat, bool(body.get("stream")), include_usage, f"{prefix}-{uuid.uuid4().hex}"
+        request,
+        isinstance(body, ChatBody),
+        body.stream,
+        include_usage,
+        f"{prefix}-{uuid.uuid4().hex}",
     )
 
 
@@ -185,6 +258,8 @@ def energy_field(window: WindowEnergy, estimate: EnergyEstimate | None) -> Energ
             "scope": window.scope,
             "null_reason": None,
             "duration_s": window.duration_s,
+            "shared": False,  # modelled from this request's own tokens
+            "mean_batch": None,
             "basis": estimate.basis,
             "sources": [source],
         }
@@ -206,6 +281,8 @@ def energy_field(window: WindowEnergy, estimate: EnergyEstimate | None) -> Energ
         "scope": window.scope,
         "null_reason": window.null_reason,
         "duration_s": window.duration_s,
+        "shared": window.shared,
+        "mean_batch": window.mean_batch,
         "low_resolution": window.low_resolution,
         "sources": sources,
     }

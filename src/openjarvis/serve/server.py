@@ -1,36 +1,56 @@
 """`jarvis serve`: an OpenAI-compatible HTTP server over any engine, each reply with its energy.
 
-Built on the standard library's ThreadingHTTPServer: one model answers one request at a time
-(one llama.cpp context; and whole-device energy windows must not overlap, or a joule would be
-charged twice), so an async framework would buy nothing here and would cost a dependency.
+FastAPI on uvicorn, as Python's OpenAI-compatible servers are built. Requests run at once up to
+min(--max-concurrency, the engine's concurrency), each in its own worker thread and meter window
+(serve/generation.py); more wait in a bounded line, and beyond it get 429 (serve/admission.py).
+A client that leaves is noticed as vLLM's server does (a task awaiting `http.disconnect` beside
+the handler; Starlette's StreamingResponse does the same once a stream has begun), and its
+engine generator is closed, which frees the sequence.
 """
 
+import asyncio
 import hmac
-import itertools
 import json
+import os
+import socket
 import sys
 import threading
+import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from socket import socket
-from typing import Any
+from typing import Any, TypeVar
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+from starlette.types import Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from openjarvis.errors import UserError
 from openjarvis.power import Meter
 from openjarvis.power.claims import Claim
 from openjarvis.power.types import Scope
 from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
-from openjarvis.runtime.types import Completion, Engine
+from openjarvis.runtime.types import Completion, Engine, StreamChunk
+from openjarvis.serve.admission import (
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_QUEUE,
+    Admission,
+    Overloaded,
+)
+from openjarvis.serve.generation import Finished, Generation
 from openjarvis.serve.protocol import (
     BadRequest,
+    ChatBody,
+    CompletionBody,
     EnergyField,
     ParsedRequest,
     chunk_body,
     completion_body,
-    energy_field,
     parse_request,
 )
 from openjarvis.store import RequestLogRecord, Store, log_request
@@ -38,11 +58,84 @@ from openjarvis.store import RequestLogRecord, Store, log_request
 __all__ = ["EnergyServer", "running_server"]
 
 _MAX_BODY_BYTES = 32 << 20
-_ENDPOINTS = {"/v1/chat/completions": True, "/v1/completions": False}  # path -> chat?
+_T = TypeVar("_T")
+
+
+class ApiError(Exception):
+    """Answered with `status` and OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, kind: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.param = status, kind, param
+
+
+def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
+    headers = {"retry-after": "1"} if status == 429 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _invalid_body(error: ValidationError) -> ApiError:
+    """The first problem, naming its field as a dotted path (`messages.0.role`)."""
+    first = error.errors(include_url=False)[0]
+    param = ".".join(str(part) for part in first["loc"]) or None
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "json_invalid":
+        message = f"the body is not valid JSON ({first['ctx']['error']})"
+    elif param is None:
+        message = "the body must be a JSON object"
+    elif param is not None:
+        message = f"'{param}': {message}"
+    more = error.error_count() - 1
+    return ApiError(
+        400, message + (f" (and {more} more)" if more else ""), "invalid_request_error", param
+    )
+
+
+def _event(body: dict[str, object]) -> bytes:
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects (the body has been read: nothing else arrives)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, _T]) -> _T | None:
+    """Run `work`, cancelling it (None) if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+    with suppress(asyncio.CancelledError):
+        return await task
+    return None
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events that call `end` however the response ends: finished, failed, or cut
+    short by a client that left (perhaps before the first event was read)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[bytes], end: Callable[[], None]) -> None:
+        super().__init__(events, headers={"cache-control": "no-cache"})
+        self._end = end
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._end()
 
 
 class EnergyServer:
-    """The engine, the meter and the store behind the HTTP handler; requests take turns."""
+    """The engine, the meter, the store and the admission behind the HTTP routes."""
 
     def __init__(
         self,
@@ -53,108 +146,220 @@ class EnergyServer:
         host: str = "127.0.0.1",
         port: int = 8000,
         api_key: str | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        max_queue: int = DEFAULT_MAX_QUEUE,
     ) -> None:
+        if max_concurrency < 1:
+            raise UserError(f"--max-concurrency must be at least 1, not {max_concurrency}")
+        if max_queue < 0:
+            raise UserError(f"--max-queue must be 0 or more, not {max_queue}")
         self.engine = engine
         self.meter = meter
         self.store = store  # None: requests are not logged (--no-log)
         # Sources of the meter's scope that another measurement held when the server started
         # (source -> who): replies' energy then includes that measurement's draw.
         self.shared_with: dict[str, str] = {}
+        # An engine of concurrency 1 (one llama.cpp context) takes requests in turn, so their
+        # windows never overlap; a batching engine's overlap and its energy is split by work.
+        self.admission = Admission(min(max_concurrency, engine.concurrency), max_queue)
         self._api_key = api_key
-        self._turn = threading.Lock()
+        self._generations: set[Generation] = set()
+        self._generations_lock = threading.Lock()
         try:
-            self.httpd = _HttpServer((host, port), _Handler)
-        except OSError as error:
+            self._socket = socket.create_server((host, port))
+        except OSError as error:  # create_server appends the address to strerror: use errno
+            reason = os.strerror(error.errno) if error.errno else str(error)
             raise UserError(
-                f"cannot listen on {host}:{port} ({error.strerror}); pass another --port"
+                f"cannot listen on {host}:{port} ({reason}); pass another --port"
             ) from None
-        self.httpd.app = self
+        self.app = self._routes()
+        config = uvicorn.Config(
+            self.app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2
+        )
+        self._uvicorn = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.socket.getsockname()[:2]  # server_address, typed as str | bytes
+        host, port = self._socket.getsockname()[:2]
         return f"http://{host}:{port}/v1"
 
-    def serve_forever(self) -> None:
-        self.httpd.serve_forever()
+    def start(self) -> None:
+        """Serve from a background thread; returns once the server accepts requests."""
+        self._thread = threading.Thread(
+            target=self._uvicorn.run, kwargs={"sockets": [self._socket]}, name="jarvis-serve"
+        )
+        self._thread.start()
+        while not self._uvicorn.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the HTTP server stopped while starting; see stderr")
+            time.sleep(0.01)
 
     def shutdown(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        """Stop serving; generations still running are cancelled and awaited, so that the
+        engine can be closed safely afterwards."""
+        self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+        self._socket.close()
+        with self._generations_lock:
+            running = list(self._generations)
+        for generation in running:
+            generation.cancel()
+        for generation in running:
+            generation.join()
 
-    def authorised(self, headers: dict[str, str]) -> bool:
+    def _authorise(self, request: Request) -> None:
         if self._api_key is None:
-            return True
-        given = headers.get("authorization", "").removeprefix("Bearer ").strip()
-        given = given or headers.get("x-api-key", "")
-        return hmac.compare_digest(given.encode(), self._api_key.encode())
-
-    def answer(self, handler: "_Handler", parsed: ParsedRequest, endpoint: str) -> None:
-        # Each request is logged before its reply ends: a client that has the reply finds it.
-        # The engine is held only while it generates: the window's energy resolves once the
-        # counters have refreshed past its end (about one NVML refresh, ~0.1 s), and the next
-        # request does not wait for that.
-        started_at = datetime.now(UTC)
-        if parsed.stream:
-            self._stream(
-                handler, parsed, lambda c, e: self._log(endpoint, parsed, c, e, started_at)
-            )
             return
-        with self._turn, self.meter.window(parsed.id) as window:
-            completion = self.engine.generate(parsed.request)
-        energy = energy_field(window.result, completion.energy_estimate)
-        self._log(endpoint, parsed, completion, energy, started_at)
-        model = self.engine.model_name
-        handler.send_json(200, completion_body(parsed, model, completion, energy))
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        given = given or request.headers.get("x-api-key", "")
+        if not hmac.compare_digest(given.encode(), self._api_key.encode()):
+            raise ApiError(401, "missing or wrong API key", "authentication_error")
 
-    def _stream(
-        self,
-        handler: "_Handler",
-        parsed: ParsedRequest,
-        log: Callable[[Completion, EnergyField], None],
-    ) -> None:
-        """Stream the reply; a client that leaves early gets nothing logged (no completion)."""
-        model = self.engine.model_name
-        completion: Completion | None = None
-        self._turn.acquire()
-        holding = True  # the engine: released once generation ends, before the energy resolves
+    # Routes --------------------------------------------------------------------------------
+
+    def _routes(self) -> FastAPI:
+        app = FastAPI(title="jarvis serve", docs_url=None, redoc_url=None)
+
+        @app.exception_handler(ApiError)
+        async def api_error(request: Request, error: ApiError) -> JSONResponse:
+            return _error(error.status, str(error), error.kind, error.param)
+
+        @app.exception_handler(HTTPException)
+        async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+            kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+            return _error(error.status_code, f"{error.detail}: {request.url.path}", kind)
+
+        @app.get("/health")
+        async def health() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @app.get("/v1/models")
+        async def models(request: Request) -> dict[str, object]:
+            self._authorise(request)
+            model = {
+                "id": self.engine.model_name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "openjarvis",
+            }
+            return {"object": "list", "data": [model]}
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Response:
+            return await self._answer(request, ChatBody, "/v1/chat/completions")
+
+        @app.post("/v1/completions")
+        async def completions(request: Request) -> Response:
+            return await self._answer(request, CompletionBody, "/v1/completions")
+
+        return app
+
+    async def _answer(
+        self, request: Request, model: type[ChatBody | CompletionBody], endpoint: str
+    ) -> Response:
+        self._authorise(request)
+        if int(request.headers.get("content-length") or 0) > _MAX_BODY_BYTES:
+            raise ApiError(413, "the body is over 32 MiB", "invalid_request_error")
         try:
-            chunks = self.engine.stream(parsed.request)
+            parsed = parse_request(model.model_validate_json(await request.body()))
+        except ValidationError as error:
+            raise _invalid_body(error) from None
+        except BadRequest as error:
+            raise ApiError(400, str(error), "invalid_request_error", error.param) from None
+        started_at = datetime.now(UTC)
+        try:
+            if parsed.stream:
+                first = await _unless_client_leaves(
+                    request, self._begin(parsed, endpoint, started_at)
+                )
+                if first is None:
+                    return Response(status_code=499)  # nobody reads it
+                generation, chunk = first
+                return _EventStream(self._events(generation, chunk), lambda: self._end(generation))
+            done = await _unless_client_leaves(request, self._whole(parsed, endpoint, started_at))
+            if done is None:
+                return Response(status_code=499)
+            body = completion_body(parsed, self.engine.model_name, done.completion, done.energy)
+            return JSONResponse(body)
+        except Overloaded as error:
+            raise ApiError(429, str(error), "rate_limit_error") from None
+        except UserError as error:  # the engine refused the request (e.g. the context is full)
+            raise ApiError(400, str(error), "invalid_request_error") from None
+        except Exception:
+            traceback.print_exc(file=sys.stderr)  # a bug: keep its traceback for the report
+            raise ApiError(500, "internal error; see the server's stderr", "server_error") from None
+
+    async def _begin(
+        self, parsed: ParsedRequest, endpoint: str, started_at: datetime
+    ) -> tuple[Generation, StreamChunk | Finished]:
+        """Wait for a slot, start the generation and wait for its first chunk (errors before
+        it still become a plain HTTP error)."""
+        admission = self.admission
+        await admission.acquire()
+        try:
+            generation = Generation(
+                self.engine,
+                self.meter,
+                parsed,
+                engine_free=admission.release_soon,
+                finished=lambda c, e: self._log(endpoint, parsed, c, e, started_at),
+            )
+            with self._generations_lock:
+                self._generations.add(generation)
+            generation.start()
         except BaseException:
-            self._turn.release()
+            admission.release()
             raise
         try:
-            with self.meter.window(parsed.id) as window:
-                first = next(chunks)  # errors here still become a plain 400 reply
-                handler.start_stream()
-                if parsed.chat:
-                    handler.send_event(chunk_body(parsed, model, ""))  # the role comes first
-                try:
-                    for chunk in itertools.chain([first], chunks):
-                        if chunk.text:
-                            handler.send_event(chunk_body(parsed, model, chunk.text))
-                        completion = chunk.completion or completion
-                except UserError as error:  # headers are gone: the error travels as an event
-                    handler.send_event({"error": {"message": str(error), "type": "server_error"}})
-                    handler.end_stream()
-                    return
-            assert completion is not None, "every stream ends with its completion"
-            chunks.close()
-            self._turn.release()  # the engine is free; this reply waits for its energy alone
-            holding = False
-            energy = energy_field(window.result, completion.energy_estimate)
-            finish = chunk_body(parsed, model, "", completion.finish_reason, energy=energy)
-            handler.send_event(finish)
-            if parsed.include_usage:
-                handler.send_event(chunk_body(parsed, model, None, None, completion, energy))
-            log(completion, energy)
-            handler.end_stream()
-        except (BrokenPipeError, ConnectionResetError):
-            return
+            return generation, await generation.next()
+        except BaseException:
+            generation.cancel()
+            self._forget(generation)
+            raise
+
+    async def _whole(self, parsed: ParsedRequest, endpoint: str, started_at: datetime) -> Finished:
+        generation, item = await self._begin(parsed, endpoint, started_at)
+        try:
+            while not isinstance(item, Finished):
+                item = await generation.next()
+            return item
         finally:
-            chunks.close()  # frees the engine when a client leaves early
-            if holding:
-                self._turn.release()
+            self._end(generation)
+
+    async def _events(
+        self, generation: Generation, first: StreamChunk | Finished
+    ) -> AsyncIterator[bytes]:
+        """The stream's events; Starlette stops reading them when the client disconnects."""
+        parsed, model = generation.parsed, self.engine.model_name
+        try:
+            if parsed.chat:
+                yield _event(chunk_body(parsed, model, ""))  # the role comes first
+            item = first
+            while not isinstance(item, Finished):
+                if item.text:
+                    yield _event(chunk_body(parsed, model, item.text))
+                item = await generation.next()
+            completion, energy = item.completion, item.energy
+            yield _event(chunk_body(parsed, model, "", completion.finish_reason, energy=energy))
+            if parsed.include_usage:
+                yield _event(chunk_body(parsed, model, None, None, completion, energy))
+        except UserError as error:  # the headers are gone: the error travels as an event
+            yield _event({"error": {"message": str(error), "type": "invalid_request_error"}})
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
+            message = "internal error; see the server's stderr"
+            yield _event({"error": {"message": message, "type": "server_error"}})
+        yield b"data: [DONE]\n\n"
+
+    def _end(self, generation: Generation) -> None:
+        generation.cancel()  # a no-op once finished; frees the engine if the client left
+        self._forget(generation)
+
+    def _forget(self, generation: Generation) -> None:
+        with self._generations_lock:
+            self._generations.discard(generation)
 
     def _log(
         self,
@@ -183,105 +388,12 @@ class EnergyServer:
             energy_scope=energy["scope"],
             energy_null_reason=energy["null_reason"],
             energy_sources=list(energy["sources"]),
+            shared=energy["shared"],
+            mean_batch=energy["mean_batch"],
             cost_usd=completion.cost_usd,
             started_at=started_at,
         )
         log_request(self.store, record)
-
-
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    app: EnergyServer  # set once the server is built
-
-    def handle_error(self, request: socket | tuple[bytes, socket], client_address: Any) -> None:
-        # A client that hangs up on a kept-alive connection is normal, not a server error.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: clients reuse one connection
-    server_version = "jarvis-serve"
-
-    @property
-    def app(self) -> EnergyServer:
-        assert isinstance(self.server, _HttpServer)
-        return self.server.app
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # the request log is the store; stderr stays quiet
-
-    def send_json(self, status: int, body: dict[str, object]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def send_error_json(self, status: int, message: str, kind: str) -> None:
-        self.send_json(status, {"error": {"message": message, "type": kind, "code": None}})
-
-    def start_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
-
-    def _send_chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
-
-    def send_event(self, body: dict[str, object]) -> None:
-        self._send_chunk(b"data: " + json.dumps(body).encode() + b"\n\n")
-
-    def end_stream(self) -> None:
-        self._send_chunk(b"data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    def _headers(self) -> dict[str, str]:
-        return {name.lower(): value for name, value in self.headers.items()}
-
-    def do_GET(self) -> None:
-        if self.path == "/health":
-            self.send_json(200, {"status": "ok"})
-        elif not self.app.authorised(self._headers()):
-            self.send_error_json(401, "missing or wrong API key", "authentication_error")
-        elif self.path.rstrip("/") == "/v1/models":
-            model = {
-                "id": self.app.engine.model_name,
-                "object": "model",
-                "created": 0,
-                "owned_by": "openjarvis",
-            }
-            self.send_json(200, {"object": "list", "data": [model]})
-        else:
-            self.send_error_json(404, f"no route {self.path}", "not_found_error")
-
-    def do_POST(self) -> None:
-        chat = _ENDPOINTS.get(self.path.rstrip("/"))
-        if not self.app.authorised(self._headers()):
-            self.send_error_json(401, "missing or wrong API key", "authentication_error")
-            return
-        if chat is None:
-            self.send_error_json(404, f"no route {self.path}", "not_found_error")
-            return
-        length = int(self.headers.get("content-length") or 0)
-        if not 0 < length <= _MAX_BODY_BYTES:
-            self.send_error_json(400, "a JSON body with content-length is required", "invalid")
-            return
-        try:
-            parsed = parse_request(json.loads(self.rfile.read(length)), chat)
-            self.app.answer(self, parsed, self.path.rstrip("/"))
-        except (BadRequest, UserError, json.JSONDecodeError) as error:
-            self.send_error_json(400, str(error), "invalid_request_error")
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client left; nothing to answer
-        except Exception:
-            traceback.print_exc(file=sys.stderr)  # a bug: keep its traceback for the report
-            self.send_error_json(500, "internal error; see the server's stderr", "server_error")
 
 
 @contextmanager
@@ -294,6 +406,8 @@ def running_server(
     api_key: str | None = None,
     scope: Scope = "system",
     idle_seconds: float = 0.0,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    max_queue: int = DEFAULT_MAX_QUEUE,
 ) -> Iterator[EnergyServer]:
     """A server in a background thread with its own meter, for `jarvis serve`, tests and benches.
 
@@ -306,14 +420,21 @@ def running_server(
         try:
             if idle_seconds > 0:
                 meter.measure_idle(idle_seconds)
-            server = EnergyServer(engine, meter, store, host=host, port=port, api_key=api_key)
+            server = EnergyServer(
+                engine,
+                meter,
+                store,
+                host=host,
+                port=port,
+                api_key=api_key,
+                max_concurrency=max_concurrency,
+                max_queue=max_queue,
+            )
             server.shared_with = dict(claim.taken)
-            thread = threading.Thread(target=server.serve_forever, name="jarvis-serve", daemon=True)
-            thread.start()
+            server.start()
             try:
                 yield server
             finally:
                 server.shutdown()
-                thread.join()
         finally:
             claim.release()

@@ -1,0 +1,100 @@
+"""One request's generation in a worker thread: the engine's synchronous stream runs inside the
+request's own meter window, and its chunks, then the completion with its resolved energy, are
+handed to the event loop. Cancelling closes the engine's generator in its own thread, which
+frees the sequence (a batching engine's slot, llama.cpp's lock) at the next token.
+
+A thread per request rather than a pool: the generator must be advanced and closed by one
+thread, and a stream lasts seconds, so a thread's start-up (~0.1 ms) costs nothing.
+"""
+
+import asyncio
+import threading
+from collections.abc import Callable
+from contextlib import closing, suppress
+from dataclasses import dataclass
+
+from openjarvis.power import Meter
+from openjarvis.runtime.types import Completion, Engine, StreamChunk
+from openjarvis.serve.protocol import EnergyField, ParsedRequest, energy_field
+
+__all__ = ["Finished", "Generation"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The end of a generation: the completion and its energy (resolved after the window)."""
+
+    completion: Completion
+    energy: EnergyField
+
+
+class Generation:
+    """Runs `engine.stream(request)` in a thread; `next()` awaits its chunks, then Finished.
+
+    `engine_free` is called (in the worker) once the engine's generator is closed, before the
+    energy resolves: the next request need not wait for the counters. `finished` is called
+    (in the worker) with a completed request's completion and energy, before the client hears
+    of it, so a client that has the reply finds it in the request log."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        meter: Meter,
+        parsed: ParsedRequest,
+        *,
+        engine_free: Callable[[], None],
+        finished: Callable[[Completion, EnergyField], None],
+    ) -> None:
+        self.parsed = parsed
+        self._engine = engine
+        self._meter = meter
+        self._engine_free = engine_free
+        self._finished = finished
+        self._loop = asyncio.get_running_loop()
+        self._items: asyncio.Queue[StreamChunk | Finished | BaseException] = asyncio.Queue()
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"serve-{parsed.id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Stop at the next chunk and close the engine's generator (the client has gone)."""
+        self._cancelled.set()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    async def next(self) -> StreamChunk | Finished:
+        """The next chunk, then Finished; re-raises what the engine or the meter raised."""
+        item = await self._items.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def _post(self, item: StreamChunk | Finished | BaseException) -> None:
+        with suppress(RuntimeError):  # a closed loop: the server shut down, nobody listens
+            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+
+    def _run(self) -> None:
+        completion: Completion | None = None
+        try:
+            try:
+                with (
+                    self._meter.window(self.parsed.id) as window,
+                    closing(self._engine.stream(self.parsed.request)) as chunks,
+                ):
+                    for chunk in chunks:
+                        if self._cancelled.is_set():
+                            return  # closing() closes the generator: the engine frees it
+                        self._post(chunk)
+                        completion = chunk.completion or completion
+            finally:
+                self._engine_free()
+            assert completion is not None, "every stream ends with its completion"
+            window.add_work(completion.work)
+            energy = energy_field(window.result, completion.energy_estimate)
+            self._finished(completion, energy)
+            self._post(Finished(completion, energy))
+        except BaseException as error:  # handed to the request's handler, which answers it
+            self._post(error)
