@@ -1,5 +1,6 @@
 """Context honesty, cloud estimates and /cost, /model, /clear, /help, history and --resume."""
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -256,3 +257,35 @@ def test_jarvis_says_once_that_a_base_model_is_no_chat_model(
             assert app.status.model == "chat-model" and notices(app).count(note) == 1
 
     run(scenario())
+
+
+def test_a_question_asked_while_the_model_fails_to_load_is_not_sent_later(
+    project: Path, store: Store, meter: Meter
+) -> None:
+    asked = threading.Event()
+
+    def failing_opener(spec: str | None) -> LoadedModel:
+        asked.wait(10)
+        raise UserError("no such model: missing.gguf")
+
+    app = AssistantApp(
+        opener=failing_opener,
+        model_spec="missing.gguf",
+        meter=meter,
+        store=store,
+        working_dir=project,
+    )
+
+    async def scenario() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await ask(pilot, "hello")
+            asked.set()
+            await settle(pilot)
+            assert "Could not load the model: no such model" in notices(app)
+            assert "Your message was not sent." in notices(app)
+            assert "no model: /model PATH.gguf" in render_status(app.status)
+
+    run(scenario())
+    stored = assistant_messages(store, app.chat.log.session_id or "")
+    assert [(m.content, m.in_context) for m in stored] == [("hello", False)]

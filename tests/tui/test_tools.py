@@ -1,10 +1,12 @@
-"""Tool calls through the app: read without asking, refusals, approvals, shell, undo."""
+"""Tool calls through the app: read without asking, refusals, approvals, shell, undo, the
+limit of calls in one turn."""
 
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from openjarvis.tui import AssistantApp
+from openjarvis.tui.tooling import MAX_TOOL_ROUNDS
 from openjarvis.tui.widgets import ApprovalPrompt, ToolView
 from tests.tui.pilot import ask, init_git, run, settle
 from tests.tui.scripted import ScriptedEngine
@@ -191,5 +193,25 @@ def test_a_failed_search_block_goes_back_to_the_model_without_asking(
             await settle(pilot)
             assert "does not occur in hello.py" in last_user_turn(engine)
             assert not app.query(ApprovalPrompt)
+
+    run(scenario())
+
+
+def test_a_turn_stops_after_the_most_tool_calls_it_may_make(
+    make_app: Callable[..., AssistantApp],
+) -> None:
+    looping = ["<tool list_files>\n\n</tool>"] * (MAX_TOOL_ROUNDS + 1)
+    engine = ScriptedEngine(looping)
+    app = make_app(engine)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            await ask(pilot, "list the files")
+            await settle(pilot)
+            assert len(engine.requests) == MAX_TOOL_ROUNDS + 1
+            assert len(app.query(ToolView)) == MAX_TOOL_ROUNDS
+            notices = [str(n.source) for n in app.query(".notice")]
+            assert any(f"Stopped: {MAX_TOOL_ROUNDS} tool calls" in n for n in notices)
 
     run(scenario())

@@ -1,6 +1,8 @@
-"""The pieces under the app: protocol parsing, edits and undo, path checks, shell, context."""
+"""The pieces under the app: protocol parsing, edits and undo, path checks, shell, context,
+reply streams, the tool runner and the live status."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -8,10 +10,18 @@ from openjarvis.errors import UserError
 from openjarvis.runtime.engines import EngineSpec
 from openjarvis.tui.conversation import Conversation
 from openjarvis.tui.edits import UndoStack, apply_edit, plan_edit, plan_write
+from openjarvis.tui.energy import LiveWatts, ReplyEnergy
 from openjarvis.tui.engines import engine_spec
-from openjarvis.tui.protocol import parse_reply
+from openjarvis.tui.protocol import ToolCall, parse_reply
+from openjarvis.tui.replies import FLUSH_S, ReplyStream
 from openjarvis.tui.shell import MAX_OUTPUT_CHARS, run_command
+from openjarvis.tui.status import LiveStatus, render_status
+from openjarvis.tui.tooling import MAX_TOOL_ROUNDS, ToolOutcome, ToolRunner
+from openjarvis.tui.tools import PendingCommand, PendingEdit
 from openjarvis.tui.workspace import MAX_READ_CHARS, ToolRefused, Workspace
+from tests.fakes.clock import FakeClock
+from tests.tui.fixed_meter import FixedMeter
+from tests.tui.scripted import ScriptedEngine
 
 
 def test_parse_reply_splits_prose_from_the_call() -> None:
@@ -126,3 +136,86 @@ def test_model_specs_name_local_files_and_cloud_models() -> None:
     assert local_server.kind == "openai" and local_server.base_url == "http://127.0.0.1:8000/v1"
     with pytest.raises(UserError, match="names no model"):
         engine_spec("anthropic:")
+
+
+def stepping_engine(replies: list[str], **kwargs: Any) -> ScriptedEngine:
+    clock = FakeClock()
+
+    def stepping() -> float:
+        clock.advance(0.05)
+        return clock()
+
+    return ScriptedEngine(replies, clock=stepping, **kwargs)
+
+
+def test_a_reply_stream_relays_in_batches_and_stops_with_the_energy_spent() -> None:
+    words = " ".join(f"w{index}" for index in range(40))
+    request = Conversation("system").request(max_tokens=100)
+    relayed: list[tuple[str, int]] = []
+    whole = ReplyStream(FixedMeter(), stepping_engine([words]), request)  # type: ignore[arg-type]
+    outcome = whole.run(lambda text, pieces, time_s: relayed.append((text, pieces)))
+    assert outcome.completion is not None and outcome.error is None
+    assert "".join(text for text, _ in relayed) == words
+    # A chunk every 50 ms, a relay every FLUSH_S at most: about five chunks a relay, not one.
+    assert sum(pieces for _, pieces in relayed) == 40 and len(relayed) <= 40 * 0.05 / FLUSH_S + 1
+    assert outcome.energy == ReplyEnergy(12.5, "counter", None)
+
+    stopped = ReplyStream(FixedMeter(), stepping_engine([words]), request)  # type: ignore[arg-type]
+    seen: list[str] = []
+
+    def stop_after_first(text: str, pieces: int, time_s: float) -> None:
+        seen.append(text)
+        stopped.stop()
+
+    outcome = stopped.run(stop_after_first)
+    assert outcome.completion is None and outcome.error == "stopped"
+    assert 0 < len("".join(seen).split()) < 40
+    assert outcome.energy == ReplyEnergy(12.5, "counter", None)  # spent, so still counted
+
+    cloud = stepping_engine(["an answer"], cloud_joules_per_token=0.5)
+    estimated = ReplyStream(FixedMeter(), cloud, request).run(lambda *_: None)  # type: ignore[arg-type]
+    assert estimated.energy is not None and estimated.energy.method == "estimate"
+
+
+def test_the_tool_runner_counts_rounds_and_reports_each_outcome(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x = 1\n")
+    runner = ToolRunner(Workspace(tmp_path), shell_timeout_s=10.0)
+    assert all(runner.next_round() for _ in range(MAX_TOOL_ROUNDS))
+    assert not runner.next_round()
+    runner.new_turn()
+    assert runner.next_round()
+    read = runner.prepare(ToolCall("read_file", "a.py", complete=True))
+    assert isinstance(read, ToolOutcome) and read.title == "read_file a.py · 1 lines"
+    assert read.for_model == '<result tool="read_file">\nx = 1\n\n</result>'
+    refused = runner.prepare(ToolCall("read_file", "../b.py", complete=True))
+    assert isinstance(refused, ToolOutcome) and refused.result.startswith("refused: ")
+    edit = runner.prepare(ToolCall("write_file", "a.py\nx = 2", complete=True))
+    assert isinstance(edit, PendingEdit) and not runner.approved_already(edit)
+    assert "declined this edit" in runner.decline(edit).result
+    applied = runner.apply(edit)
+    assert applied.result == "applied to a.py" and "+x = 2" in applied.shown
+    assert len(runner.undo_stack) == 1
+    runner.approve_always(edit)
+    assert runner.approved_already(edit)
+    command = runner.prepare(ToolCall("run", "echo hi", complete=True))
+    assert isinstance(command, PendingCommand) and not runner.approved_already(command)
+    ran = runner.run_command(command)
+    assert ran.title == "$ echo hi · exit 0" and "hi\n" in ran.result
+
+
+def test_live_status_integrates_the_watts_while_a_reply_streams() -> None:
+    clock = FakeClock()
+    live = LiveStatus(LiveWatts(FixedMeter(power_w=40.0)), clock=clock)  # type: ignore[arg-type]
+    live.tick()
+    assert live.state.watts_now == 40.0 and live.state.reply_j is None
+    live.reply_started()
+    live.reply_streamed(pieces=1, time_s=clock())
+    clock.advance(0.5)
+    live.reply_streamed(pieces=10, time_s=clock())
+    live.tick()
+    assert live.state.reply_j == pytest.approx(20.0)  # 40 W for 0.5 s
+    assert live.state.tokens_per_s == pytest.approx(20.0)  # 10 more chunks in 0.5 s
+    assert "reply 20.0 J so far" in render_status(live.state)
+    live.reply_ended(ReplyEnergy(12.5, "counter", None), None)
+    assert live.state.reply_j == 12.5 and not live.state.reply_live
+    assert "so far" not in render_status(live.state)

@@ -54,7 +54,7 @@ class ToolRunner:
             refused = f"refused: {refusal}"
             return ToolOutcome(call, f"{summary(call)} · refused", refused, refused)
         if isinstance(outcome, str):
-            lines = outcome.count("\n") + 1
+            lines = len(outcome.splitlines())  # a file ending in a newline has no extra line
             return ToolOutcome(call, f"{summary(call)} · {lines} lines", outcome, outcome)
         return outcome
 
