@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from openjarvis.runtime.torch.loading import build_model, load_hf  # noqa: E402
-from openjarvis.runtime.torch.model import ModelConfig, config_for  # noqa: E402
+from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for  # noqa: E402
+from openjarvis.runtime.torch.paged import Layout  # noqa: E402
 
 # float32 on both sides, but different operation orders (SDPA vs eager softmax, fused RoPE):
 # differences stay near 1e-5 of the logits' scale; 1e-4 leaves room for other CPUs.
@@ -67,6 +68,26 @@ def _hf_model(config: ModelConfig) -> "transformers.PreTrainedModel":
     return model
 
 
+BLOCK = 4  # small blocks, so that a prompt spans several (in reverse order: see _layout)
+
+
+def _paged(model: Transformer, rows: int) -> None:
+    blocks_per_row = -(-model.config.max_seq_len // BLOCK)
+    model.setup_caches(1 + rows * blocks_per_row, BLOCK, torch.float32)
+
+
+def _layout(model: Transformer, rows: int, positions: torch.Tensor) -> Layout:
+    """Row b owns its own run of blocks, listed backwards in its table: block order in the
+    cache must not matter, only the table."""
+    width = -(-model.config.max_seq_len // BLOCK)
+    tables = torch.stack(
+        [torch.arange(1 + (b + 1) * width - 1, b * width, -1) for b in range(rows)]
+    ).to(torch.int32)
+    where = positions.expand(rows, -1)  # [B, T]
+    slots = tables.long().gather(1, where // BLOCK) * BLOCK + where % BLOCK
+    return Layout(where, slots, tables)
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
 def test_logits_match_transformers(name: str, tmp_path: Path) -> None:
     config = config_for(name)
@@ -76,7 +97,7 @@ def test_logits_match_transformers(name: str, tmp_path: Path) -> None:
     assert loaded_config.is_sliding(0) == config.is_sliding(0)
     assert loaded_config.global_every == config.global_every
     model = build_model(loaded_config, state_dict=state)
-    model.setup_caches(max_batch_size=2, dtype=torch.float32)
+    _paged(model, rows=2)
 
     tokens = torch.randint(
         0, config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1)
@@ -85,8 +106,10 @@ def test_logits_match_transformers(name: str, tmp_path: Path) -> None:
         expected = reference(tokens).logits  # [2, 12, vocab]
         # Prefill 9 tokens, then decode 3 one at a time through the KV cache: the sliding
         # window (4 in tiny-gemma3) is crossed on both paths.
-        prefill = model(tokens[:, :9], torch.arange(9))
-        steps = [model(tokens[:, i : i + 1], torch.tensor([i])) for i in range(9, 12)]
+        prefill = model(tokens[:, :9], _layout(model, 2, torch.arange(9)))
+        steps = [
+            model(tokens[:, i : i + 1], _layout(model, 2, torch.tensor([i]))) for i in range(9, 12)
+        ]
     ours = torch.cat([prefill, *steps], dim=1)
     error = (ours - expected).norm() / expected.norm()
     assert error < RELATIVE_TOLERANCE, f"relative error {error:.2e}"
@@ -96,11 +119,11 @@ def test_logits_match_transformers(name: str, tmp_path: Path) -> None:
 def test_last_only_returns_the_last_position() -> None:
     config = config_for("tiny-llama")
     model = build_model(config, seed=3)
-    model.setup_caches(1, torch.float32)
+    _paged(model, rows=1)
     tokens = torch.randint(0, config.vocab_size, (1, 5))
     with torch.no_grad():
-        full = model(tokens, torch.arange(5))
-        last = model(tokens, torch.arange(5), last_only=True)
+        full = model(tokens, _layout(model, 1, torch.arange(5)))
+        last = model(tokens, _layout(model, 1, torch.arange(5)), last_only=True)
     assert last.shape == (1, 1, config.vocab_size)
     assert torch.allclose(full[:, -1:], last, atol=1e-6)
 

@@ -102,26 +102,24 @@ def test_row_parallel_layer_sends_one_token_to_the_fused_product_and_more_to_the
     assert calls == ["reduce"]
 
 
-def test_runs_of_decode_steps_stay_in_step_across_early_stops_stop_tokens_and_sampling(
+def test_every_rank_stays_in_step_across_early_stops_stop_tokens_and_sampling(
     single: TorchEngine,
 ) -> None:
-    """The followers decode runs of steps on their own: a consumer that stops mid-run, a stop
-    token inside a run and a seeded draw must leave every rank where rank 0 is."""
-    from openjarvis.runtime.torch.engine import DECODE_RUN
-
-    count = 2 * DECODE_RUN + 3
+    """Every rank runs the steps rank 0 broadcasts: a consumer that leaves mid-decode, a stop
+    token and a seeded draw must leave every rank where rank 0 is."""
+    count = 35
 
     def tokens(engine: TorchEngine, **options: object) -> list[int]:
         return [token for token, _ in engine.generate_tokens(PROMPT, count, **options)]  # type: ignore[arg-type]
 
     expected = tokens(single)
     sampled = tokens(single, temperature=0.8, seed=5)
-    stop = frozenset({expected[DECODE_RUN + 4]})
+    stop = frozenset({expected[20]})
     engine = TorchEngine("tiny-tp", _settings(2))
     try:
         stopped = engine.generate_tokens(PROMPT, count)
         first = [next(stopped)[0] for _ in range(3)]
-        stopped.close()  # mid-run: the follower is still inside that run
+        stopped.close()  # mid-decode: its sequence is dropped at the next step
         assert first == expected[:3]
         assert tokens(engine) == expected
         assert tokens(engine, temperature=0.8, seed=5) == sampled

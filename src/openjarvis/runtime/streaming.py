@@ -30,15 +30,17 @@ class Outcome:
         decode_bytes_per_token: float | None,
         bandwidth_bytes_per_s: float | None,
         work: tuple[WorkPiece, ...] = (),
+        batch: float = 1.0,
     ) -> Completion:
-        """The Completion; MBU = decode rate x bytes per token / bandwidth, None when any of
-        them is unknown or fewer than two tokens were decoded."""
+        """The Completion; MBU = decode rate x batch x bytes per token / bandwidth (the
+        device's bandwidth use while this sequence decoded among `batch` others), None when
+        any of them is unknown or fewer than two tokens were decoded."""
         times = self.token_times_s
         decode_s = times[-1] - times[0] if times else None
         mbu = None
         if decode_bytes_per_token and bandwidth_bytes_per_s and decode_s and len(times) > 1:
             rate = (len(times) - 1) / decode_s
-            mbu = rate * decode_bytes_per_token / bandwidth_bytes_per_s
+            mbu = rate * batch * decode_bytes_per_token / bandwidth_bytes_per_s
         return Completion(
             text=self.text,
             prompt_tokens=prompt_tokens,

@@ -12,11 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from openjarvis.runtime.torch.paged import Layout, PagedKV, uses_decode_kernel
+
 __all__ = [
     "PRESETS",
     "Attention",
     "FeedForward",
-    "KVCache",
     "ModelConfig",
     "RMSNorm",
     "Transformer",
@@ -182,14 +183,14 @@ def config_for(name: str) -> ModelConfig:
 
 
 class Transformer(nn.Module):
-    """tokens [B, T] at positions input_pos [T] -> logits [B, T, vocab] (or [B, 1, vocab])."""
+    """tokens [B, T] at the layout's positions [B, T] -> logits [B, T, vocab] (or [B, 1,
+    vocab]); keys and values live in a paged cache (paged.py)."""
 
     # Buffers registered by init_buffers (declared for the type checker).
     rope_cos: Tensor
     rope_sin: Tensor
     rope_local_cos: Tensor
     rope_local_sin: Tensor
-    key_positions: Tensor
     embedding_scale: Tensor
 
     def __init__(self, config: ModelConfig) -> None:
@@ -203,11 +204,11 @@ class Transformer(nn.Module):
             self.output.weight = self.tok_embeddings.weight
         # Tensor parallelism shards the output head by vocabulary and sets this to an all-gather.
         self.gather_logits: Callable[[Tensor], Tensor] = _unchanged
-        self.max_batch_size = 0
+        self.block_size = 0  # set by setup_caches
         self.init_buffers()
 
     def init_buffers(self) -> None:
-        """(Re)compute the RoPE tables and key positions, in float32 on the model's device:
+        """(Re)compute the RoPE tables, in float32 on the model's device:
         after building on the meta device, and after any dtype change."""
         config = self.config
         device = self.tok_embeddings.weight.device
@@ -220,50 +221,46 @@ class Transformer(nn.Module):
         for prefix, (cos, sin) in tables.items():  # [S, head_dim / 2] each
             self.register_buffer(f"{prefix}_cos", cos.to(device), persistent=False)
             self.register_buffer(f"{prefix}_sin", sin.to(device), persistent=False)
-        positions = torch.arange(config.max_seq_len, device=device)  # [S]
-        self.register_buffer("key_positions", positions, persistent=False)
         # Gemma rounds the embedding scale to the activations' dtype before multiplying.
         dtype = self.tok_embeddings.weight.dtype
         scale = torch.tensor(config.dim**0.5, dtype=dtype, device=device)
         self.register_buffer("embedding_scale", scale, persistent=False)
 
-    def setup_caches(self, max_batch_size: int, dtype: torch.dtype) -> None:
-        """Allocate the KV caches ([B, kv_heads, max_seq_len, head_dim] per layer)."""
-        self.max_batch_size = max_batch_size
+    def setup_caches(self, blocks: int, block_size: int, dtype: torch.dtype) -> None:
+        """Allocate the paged KV caches: `blocks` blocks of `block_size` positions per layer
+        ([blocks, block_size, kv_heads, head_dim] each for keys and values)."""
+        self.block_size = block_size
         device = self.tok_embeddings.weight.device
         for layer in self.layers:
             assert isinstance(layer, TransformerBlock)
             attention = layer.attention
-            attention.kv_cache = KVCache(
-                max_batch_size,
-                attention.n_kv_heads,
-                self.config.max_seq_len,
-                self.config.head_dim,
-                dtype,
-                device,
+            attention.kv_cache = PagedKV(
+                blocks, block_size, attention.n_kv_heads, self.config.head_dim, dtype, device
             )
 
-    def forward(self, tokens: Tensor, input_pos: Tensor, last_only: bool = False) -> Tensor:
+    def forward(self, tokens: Tensor, layout: Layout, last_only: bool = False) -> Tensor:
         config = self.config
-        assert tokens.dim() == 2 and input_pos.dim() == 1 and tokens.size(1) == input_pos.size(0)
-        assert self.max_batch_size >= tokens.size(0), "call setup_caches() first"
+        positions = layout.positions  # [B, T]
+        assert tokens.shape == positions.shape, "one position per token"
+        assert self.block_size > 0, "call setup_caches() first"
         x = self.tok_embeddings(tokens)  # [B, T, dim]
         if config.scale_embeddings:
             x = x * self.embedding_scale
-        # Key j is visible to the query at position p when j <= p (and p - j < window).
-        query_positions = input_pos[:, None]  # [T, 1]
-        causal = self.key_positions[None, :] <= query_positions  # [T, S]
-        sliding = causal
-        if config.sliding_window is not None:
-            distance = query_positions - self.key_positions[None, :]
-            sliding = causal & (distance < config.sliding_window)
-        rope_global = (self.rope_cos[input_pos], self.rope_sin[input_pos])  # [T, head_dim / 2]
-        rope_local = (self.rope_local_cos[input_pos], self.rope_local_sin[input_pos])
+        # Which keys each query sees (not needed where the decode kernel reads the blocks).
+        causal = sliding = None
+        if not uses_decode_kernel(tokens, config.attn_logit_softcap):
+            causal = layout.masks(self.block_size, None)  # [B, T, S]
+            sliding = causal
+            if config.sliding_window is not None:
+                sliding = layout.masks(self.block_size, config.sliding_window)
+        rope_global = (self.rope_cos[positions], self.rope_sin[positions])  # [B, T, hd / 2]
+        rope_local = (self.rope_local_cos[positions], self.rope_local_sin[positions])
         for i, layer in enumerate(self.layers):
             is_sliding = config.is_sliding(i)
             mask = sliding if is_sliding else causal
             rope = rope_local if is_sliding else rope_global
-            x = layer(x, input_pos, rope, mask)
+            window = config.sliding_window if is_sliding else None
+            x = layer(x, layout, rope, mask, window)
         if last_only:
             x = x[:, -1:]
         logits = self.gather_logits(self.output(self.norm(x)))  # [B, T, vocab]
@@ -290,10 +287,15 @@ class TransformerBlock(nn.Module):
             self.post_ffn_norm = RMSNorm(config.dim, config.norm_eps, offset)
 
     def forward(
-        self, x: Tensor, input_pos: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor
+        self,
+        x: Tensor,
+        layout: Layout,
+        rope: tuple[Tensor, Tensor],
+        mask: Tensor | None,
+        window: int | None,
     ) -> Tensor:
         h = x + self.post_attention_norm(
-            self.attention(self.attention_norm(x), input_pos, rope, mask)
+            self.attention(self.attention_norm(x), layout, rope, mask, window)
         )
         return h + self.post_ffn_norm(self.feed_forward(self.ffn_norm(h)))
 
@@ -317,10 +319,15 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(config.head_dim, config.norm_eps, offset)
             self.k_norm = RMSNorm(config.head_dim, config.norm_eps, offset)
         self.scale = config.query_scale or config.head_dim**-0.5
-        self.kv_cache: KVCache | None = None
+        self.kv_cache: PagedKV | None = None
 
     def forward(
-        self, x: Tensor, input_pos: Tensor, rope: tuple[Tensor, Tensor], mask: Tensor
+        self,
+        x: Tensor,
+        layout: Layout,
+        rope: tuple[Tensor, Tensor],
+        mask: Tensor | None,
+        window: int | None,
     ) -> Tensor:
         assert self.kv_cache is not None, "call setup_caches() first"
         batch, length, _ = x.shape  # [B, T, dim]
@@ -330,22 +337,9 @@ class Attention(nn.Module):
         v = self.wv(x).view(batch, length, kv_heads, head_dim)
         q, k = self.q_norm(q), self.k_norm(k)
         q, k = _apply_rope(q, rope), _apply_rope(k, rope)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, head_dim]
-        k, v = self.kv_cache.update(input_pos, k, v)  # [B, kv_heads, S, head_dim]
-        # Grouped-query attention without copying K and V: the queries that share a KV head
-        # are stacked along the length axis, and the mask is tiled to match.
-        group = heads // kv_heads
-        q = q.reshape(batch, kv_heads, group * length, head_dim)
-        group_mask = mask.repeat(group, 1)  # [group * T, S]
-        if self.config.attn_logit_softcap is None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=group_mask, scale=self.scale)
-        else:
-            cap = self.config.attn_logit_softcap
-            scores = (q @ k.transpose(-1, -2)) * self.scale  # [B, kv_heads, group * T, S]
-            scores = torch.tanh(scores / cap) * cap
-            scores = scores.masked_fill(~group_mask, float("-inf"))
-            y = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
-        y = y.reshape(batch, heads, length, head_dim).transpose(1, 2)  # [B, T, heads, head_dim]
+        self.kv_cache.write(layout.slots, k, v)
+        softcap = self.config.attn_logit_softcap
+        y = self.kv_cache.attend(q, layout, mask, window, self.scale, softcap)  # [B, T, h, hd]
         # Under tensor parallelism wo is row-parallel and sums its partial products itself.
         return self.wo(y.reshape(batch, length, heads * head_dim))
 
@@ -379,35 +373,6 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * (self.weight_offset + self.weight.float())).to(x.dtype)
-
-
-class KVCache(nn.Module):
-    """Static per-layer cache: one slot per position up to max_seq_len, written in place."""
-
-    k_cache: Tensor  # buffers, [B, kv_heads, max_seq_len, head_dim]
-    v_cache: Tensor
-
-    def __init__(
-        self,
-        max_batch_size: int,
-        n_kv_heads: int,
-        max_seq_len: int,
-        head_dim: int,
-        dtype: torch.dtype,
-        device: torch.device,
-    ) -> None:
-        super().__init__()
-        shape = (max_batch_size, n_kv_heads, max_seq_len, head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device))
-        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device))
-
-    def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        # input_pos: [T]; k, v: [B, kv_heads, T, head_dim]. Returns the caches [B, kv, S, hd].
-        batch = k.size(0)
-        k_cache, v_cache = self.k_cache[:batch], self.v_cache[:batch]
-        k_cache.index_copy_(2, input_pos, k.to(k_cache.dtype))
-        v_cache.index_copy_(2, input_pos, v.to(v_cache.dtype))
-        return k_cache, v_cache
 
 
 def _rope_table(
@@ -446,7 +411,7 @@ def _llama3_frequencies(inv_freq: Tensor, scaling: dict[str, float | str]) -> Te
 
 def _apply_rope(x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
     """Rotate the two halves of each head (the Hugging Face layout). x: [B, T, heads, hd]."""
-    cos, sin = (t[None, :, None, :] for t in rope)  # [1, T, 1, hd / 2]
+    cos, sin = (t[:, :, None, :] for t in rope)  # [B, T, 1, hd / 2]
     first, second = x.float().chunk(2, dim=-1)
     rotated = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
     return rotated.to(x.dtype)

@@ -1,0 +1,135 @@
+"""The paged KV cache: fixed-size blocks shared by all sequences, found through a block table
+per sequence, and attention over it (vLLM's layout, as nano-vllm keeps it).
+
+Block 0 is scratch: padding rows of a batch write there and read from there, so that a step's
+shapes can stay fixed (CUDA graphs) without touching any sequence's blocks.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["SCRATCH_BLOCK", "BlockPool", "Layout", "PagedKV", "uses_decode_kernel"]
+
+SCRATCH_BLOCK = 0
+
+
+def uses_decode_kernel(tokens: Tensor, softcap: float | None) -> bool:
+    """One query per row on a GPU (a decode step) runs the paged decode kernel, which reads
+    only the blocks a row uses and needs no mask; everything else gathers the blocks."""
+    return tokens.size(1) == 1 and tokens.is_cuda and softcap is None
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a step's tokens sit: B rows of T new tokens each (T = 1 for a decode step).
+
+    A token at position p of a sequence lives in slot block_table[p // block_size] *
+    block_size + p % block_size; a query at p sees the keys at positions 0..p of its row."""
+
+    positions: Tensor  # [B, T] long
+    slots: Tensor  # [B, T] long: the slot each new key and value goes to
+    block_tables: Tensor  # [B, W] int32: the blocks of each row's sequence, in order
+
+    def masks(self, block_size: int, window: int | None) -> Tensor:
+        """Which cached keys each query sees: [B, T, W * block_size] bool."""
+        keys = torch.arange(self.block_tables.size(1) * block_size, device=self.positions.device)
+        query = self.positions[:, :, None]  # [B, T, 1]
+        visible = keys[None, None, :] <= query
+        if window is not None:
+            visible &= (query - keys[None, None, :]) < window
+        return visible
+
+
+class PagedKV(nn.Module):
+    """One layer's keys and values: [blocks, block_size, kv_heads, head_dim] each."""
+
+    k: Tensor
+    v: Tensor
+
+    def __init__(
+        self,
+        blocks: int,
+        block_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        super().__init__()
+        self.block_size = block_size
+        shape = (blocks, block_size, n_kv_heads, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device))
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device))
+
+    def write(self, slots: Tensor, k: Tensor, v: Tensor) -> None:
+        """k, v: [B, T, kv_heads, head_dim] into their slots ([B, T])."""
+        flat = slots.reshape(-1)
+        heads, head_dim = k.shape[-2:]
+        self.k.view(-1, heads, head_dim).index_copy_(0, flat, k.reshape(-1, heads, head_dim))
+        self.v.view(-1, heads, head_dim).index_copy_(0, flat, v.reshape(-1, heads, head_dim))
+
+    def attend(
+        self,
+        q: Tensor,
+        layout: Layout,
+        mask: Tensor | None,
+        window: int | None,
+        scale: float,
+        softcap: float | None,
+    ) -> Tensor:
+        """q: [B, T, heads, head_dim] -> [B, T, heads, head_dim], over the cached keys: by
+        the decode kernel, or by gathering the rows' blocks and attending with `mask`."""
+        if uses_decode_kernel(q, softcap):
+            from openjarvis.kernels.paged_attention import paged_decode_attention
+
+            context = layout.positions[:, 0] + 1
+            out = paged_decode_attention(
+                q[:, 0], self.k, self.v, layout.block_tables, context, scale, window or 0
+            )
+            return out[:, None]
+        assert mask is not None, "the gathered path needs the step's mask"
+        batch, length, heads, head_dim = q.shape
+        kv_heads = self.k.size(2)
+        # [B, W, block, kv, hd] -> [B, kv, S, hd]
+        k = self.k[layout.block_tables].flatten(1, 2).transpose(1, 2)
+        v = self.v[layout.block_tables].flatten(1, 2).transpose(1, 2)
+        # Grouped-query attention without copying K and V: the queries that share a KV head
+        # are stacked along the length axis, and the mask is tiled to match.
+        group = heads // kv_heads
+        q = q.transpose(1, 2).reshape(batch, kv_heads, group * length, head_dim)
+        group_mask = mask.repeat(1, group, 1)[:, None]  # [B, 1, group * T, S]
+        if softcap is None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=group_mask, scale=scale)
+        else:
+            scores = (q @ k.transpose(-1, -2)) * scale  # [B, kv_heads, group * T, S]
+            scores = torch.tanh(scores / softcap) * softcap
+            scores = scores.masked_fill(~group_mask, float("-inf"))
+            y = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+        return y.reshape(batch, heads, length, head_dim).transpose(1, 2)
+
+
+class BlockPool:
+    """Which blocks are free. Block 0 (scratch) is never handed out."""
+
+    def __init__(self, blocks: int, block_size: int) -> None:
+        assert blocks >= 2, "one scratch block and at least one for sequences"
+        self.block_size = block_size
+        self.blocks = blocks
+        self._free = list(range(blocks - 1, SCRATCH_BLOCK, -1))  # pop() hands out 1, 2, ...
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def take(self, count: int) -> list[int]:
+        assert count <= len(self._free), "check `free` before taking"
+        return [self._free.pop() for _ in range(count)]
+
+    def give_back(self, blocks: list[int]) -> None:
+        self._free.extend(reversed(blocks))

@@ -1,0 +1,339 @@
+"""One process's part of the engine: its piece of the model, its paged KV cache, and the step
+that every rank runs alike (SPMD). Rank 0 broadcasts each step's inputs once; the other ranks
+loop on receiving them (nano-vllm's model runner, with a broadcast in place of shared memory).
+
+Decode steps replay a CUDA graph captured for the smallest batch bucket that holds them
+(padding rows write to the scratch block); prefill steps run eagerly.
+"""
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from openjarvis.errors import UserError
+from openjarvis.runtime.torch.loading import build_model, load_checkpoint
+from openjarvis.runtime.torch.model import Transformer, config_for
+from openjarvis.runtime.torch.paged import SCRATCH_BLOCK, Layout
+from openjarvis.runtime.torch.parallel import (
+    Cut,
+    all_gather_last_dim,
+    check_divisible,
+    tensor_parallel,
+)
+from openjarvis.runtime.torch.scheduler import Step
+
+if TYPE_CHECKING:  # the kernels need Triton, imported only when tensor parallelism runs
+    from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
+    from openjarvis.runtime.torch.engine import TorchSettings
+
+__all__ = ["BLOCK_SIZE", "Runner", "Spec", "StepInputs", "batch_buckets"]
+
+BLOCK_SIZE = 16  # positions per KV block (the decode kernel needs a power of two >= 16)
+# The KV cache takes this share of the GPU memory left free after loading the weights.
+_KV_MEMORY_SHARE = 0.8
+_STOP, _PREFILL, _DECODE = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """What every process needs to build its piece of the same model (picklable for spawn)."""
+
+    source: str  # a .gguf path, a Hugging Face folder, or a preset name (random weights)
+    settings: "TorchSettings"
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepInputs:
+    """A step as tensors, rows left-padded to one length (padding sits in the scratch block)."""
+
+    decode: bool
+    last_only: bool
+    tokens: Tensor  # [B, T] long
+    positions: Tensor  # [B, T] long
+    slots: Tensor  # [B, T] long
+    tables: Tensor  # [B, W] int32
+
+    @classmethod
+    def of(cls, step: Step, block_size: int) -> "StepInputs":
+        rows = step.rows
+        length = max(len(row.tokens) for row in rows)
+        width = max(len(row.sequence.blocks) for row in rows)
+        tokens = torch.zeros(len(rows), length, dtype=torch.long)
+        positions = torch.zeros(len(rows), length, dtype=torch.long)
+        slots = torch.full((len(rows), length), SCRATCH_BLOCK * block_size, dtype=torch.long)
+        tables = torch.full((len(rows), width), SCRATCH_BLOCK, dtype=torch.int32)
+        for i, row in enumerate(rows):
+            blocks = row.sequence.blocks
+            size = len(row.tokens)
+            where = torch.arange(row.start, row.start + size)
+            table = torch.tensor(blocks, dtype=torch.long)
+            tokens[i, length - size :] = torch.tensor(row.tokens)
+            positions[i, length - size :] = where
+            slots[i, length - size :] = table[where // block_size] * block_size + where % block_size
+            tables[i, : len(blocks)] = table.to(torch.int32)
+        last_only = not any(row.sequence.all_logits for row in rows)
+        return cls(step.kind == "decode", last_only, tokens, positions, slots, tables)
+
+    def pack(self) -> tuple[Tensor, Tensor]:
+        batch, length = self.tokens.shape
+        op = _DECODE if self.decode else _PREFILL
+        header = torch.tensor([op, batch, length, self.tables.size(1), int(self.last_only)])
+        body = torch.cat(
+            [t.reshape(-1).long() for t in (self.tokens, self.positions, self.slots, self.tables)]
+        )
+        return header, body
+
+    @classmethod
+    def unpack(cls, header: list[int], body: Tensor) -> "StepInputs":
+        op, batch, length, width, last_only = header
+        cells = batch * length
+        tokens, positions, slots, tables = body.split([cells, cells, cells, batch * width])
+        shape = (batch, length)
+        return cls(
+            op == _DECODE,
+            bool(last_only),
+            tokens.view(shape),
+            positions.view(shape),
+            slots.view(shape),
+            tables.view(batch, width).to(torch.int32),
+        )
+
+
+def batch_buckets(max_batch: int) -> tuple[int, ...]:
+    """Decode batch sizes with a CUDA graph each: powers of two up to max_batch, and it."""
+    sizes = [1 << i for i in range(max_batch.bit_length()) if 1 << i < max_batch]
+    return (*sizes, max_batch)
+
+
+class Runner:
+    """Rank r runs on cuda:r (or the CPU, with gloo between processes)."""
+
+    def __init__(self, rank: int, spec: Spec) -> None:
+        settings = spec.settings
+        self.rank = rank
+        self.world_size = settings.tp
+        cuda = settings.device == "cuda"
+        self.device = torch.device(settings.device, rank) if cuda else torch.device(settings.device)
+        if cuda:
+            torch.cuda.set_device(self.device)
+        dtype = getattr(torch, settings.dtype)
+        self.all_reduce_table: dict[str, str] | None = None
+        self.fused_gemv_table: dict[str, str] | None = None
+        self.decode_gemvs: DecodeGemvs | None = None  # owned here for the engine's lifetime
+        shard = None
+        if self.world_size > 1:
+            shard = self._join_group(spec, dtype)
+        self.model = _load(spec, self.device, dtype, shard)
+        if self.decode_gemvs is not None:
+            self.fused_gemv_table = self.decode_gemvs.summary()
+        config = self.model.config
+        self.max_batch = settings.max_batch
+        self.blocks = self._cache_blocks(settings.max_batch, config.max_seq_len, dtype)
+        self.model.setup_caches(self.blocks, BLOCK_SIZE, dtype)
+        self.table_width = -(-config.max_seq_len // BLOCK_SIZE)
+        self.decode: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = self._decode
+        if settings.compile:
+            # One compiled graph per decode bucket (static shapes within each).
+            limit = max(64, 2 * len(batch_buckets(self.max_batch)))
+            torch._dynamo.config.cache_size_limit = limit
+            self.decode = torch.compile(
+                self._decode, fullgraph=True, dynamic=False, mode=settings.compile_mode
+            )
+        self.use_graphs = cuda and settings.cuda_graphs
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+        if self.use_graphs:
+            width = self.table_width
+            self.static = StepInputs(
+                True,
+                True,
+                torch.zeros(self.max_batch, 1, dtype=torch.long, device=self.device),
+                torch.zeros(self.max_batch, 1, dtype=torch.long, device=self.device),
+                torch.zeros(self.max_batch, 1, dtype=torch.long, device=self.device),
+                torch.zeros(self.max_batch, width, dtype=torch.int32, device=self.device),
+            )
+
+    def _join_group(self, spec: Spec, dtype: torch.dtype) -> Callable[[Transformer], Cut]:
+        settings = spec.settings
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{spec.port}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(minutes=10),  # loading a large checkpoint takes minutes
+            device_id=self.device if self.device.type == "cuda" else None,
+        )
+        from openjarvis.kernels import AllReduce
+
+        world = dist.group.WORLD
+        assert world is not None, "set by init_process_group"
+        self.all_reduce = AllReduce(world, self.device, dtype, settings.all_reduce)
+        self.all_reduce_table = self.all_reduce.table_summary()
+        if self.all_reduce.peer is not None and settings.fused_gemv != "off":
+            from openjarvis.kernels import gemv_all_reduce
+
+            self.decode_gemvs = gemv_all_reduce.DecodeGemvs(
+                world, self.device, dtype, self.all_reduce.reduce, settings.fused_gemv
+            )
+        return tensor_parallel(
+            self.rank,
+            self.world_size,
+            self.all_reduce,
+            all_gather_last_dim(),
+            self.decode_gemvs.for_shape if self.decode_gemvs else None,
+        )
+
+    def _cache_blocks(self, max_batch: int, max_seq_len: int, dtype: torch.dtype) -> int:
+        """Blocks for max_batch full-length sequences, or what fits in the free GPU memory;
+        the same on every rank (the smallest), since every rank must hold every block."""
+        config = self.model.config
+        wanted = max_batch * -(-max_seq_len // BLOCK_SIZE) + 1  # + the scratch block
+        blocks = wanted
+        if self.device.type == "cuda":
+            kv_heads = config.n_kv_heads // self.world_size
+            element = torch.finfo(dtype).bits // 8
+            block_bytes = 2 * config.n_layers * BLOCK_SIZE * kv_heads * config.head_dim * element
+            free_bytes, _ = torch.cuda.mem_get_info(self.device)
+            blocks = min(wanted, int(free_bytes * _KV_MEMORY_SHARE) // block_bytes)
+        if self.world_size > 1:
+            count = torch.tensor([blocks], device=self.device)
+            dist.all_reduce(count, op=dist.ReduceOp.MIN)
+            blocks = int(count)
+        if blocks < 2:
+            raise UserError("no GPU memory left for the KV cache; lower --max-seq-len")
+        return blocks
+
+    # ---- a step ----------------------------------------------------------------------------
+
+    def share(self, inputs: StepInputs | None) -> StepInputs | None:
+        """Rank 0 sends the step (None: stop) and every rank returns it; with one process,
+        the inputs themselves."""
+        if self.world_size == 1:
+            return inputs
+        if inputs is None:
+            header = torch.tensor([_STOP, 0, 0, 0, 0])
+            body = torch.zeros(0, dtype=torch.long)
+        else:
+            header, body = inputs.pack()
+        header = header.to(self.device)
+        dist.broadcast(header, src=0)
+        fields = header.tolist()
+        if fields[0] == _STOP:
+            return None
+        _, batch, length, width, _ = fields
+        if self.rank != 0:
+            body = torch.empty(3 * batch * length + batch * width, dtype=torch.long)
+        body = body.to(self.device)
+        dist.broadcast(body, src=0)
+        return StepInputs.unpack(fields, body)
+
+    @torch.inference_mode()
+    def run(self, inputs: StepInputs) -> Tensor:
+        """Float32 logits: [B, vocab] for each row's last token, or [B, T, vocab] for all."""
+        inputs = _on(inputs, self.device)
+        if inputs.decode and self.use_graphs:
+            return self._replay(inputs)
+        if inputs.decode:
+            return self.decode(inputs.tokens, inputs.positions, inputs.slots, inputs.tables)
+        layout = Layout(inputs.positions, inputs.slots, inputs.tables)
+        logits = self.model(inputs.tokens, layout, last_only=inputs.last_only).float()
+        return logits[:, -1] if inputs.last_only else logits
+
+    def _decode(self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor) -> Tensor:
+        layout = Layout(positions, slots, tables)
+        return self.model(tokens, layout, last_only=True)[:, -1].float()
+
+    def _replay(self, inputs: StepInputs) -> Tensor:
+        batch = inputs.tokens.size(0)
+        bucket = next(size for size in batch_buckets(self.max_batch) if size >= batch)
+        static = self.static
+        static.tokens[:batch] = inputs.tokens
+        static.positions[:batch] = inputs.positions
+        static.slots[:batch] = inputs.slots
+        static.tables[:batch, : inputs.tables.size(1)] = inputs.tables
+        static.tables[:batch, inputs.tables.size(1) :] = SCRATCH_BLOCK
+        # Padding rows: position 0 in the scratch block.
+        static.tokens[batch:bucket] = 0
+        static.positions[batch:bucket] = 0
+        static.slots[batch:bucket] = SCRATCH_BLOCK * BLOCK_SIZE
+        static.tables[batch:bucket] = SCRATCH_BLOCK
+        if bucket not in self.graphs:
+            self.graphs[bucket] = self._capture(bucket)
+        graph, logits = self.graphs[bucket]
+        graph.replay()
+        return logits[:batch]
+
+    def _capture(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+        """Warm up on a side stream (kernels chosen, compiled, workspaces allocated), then
+        capture. Every rank captures at the same step, so the collectives inside line up."""
+        static = self.static
+        arguments = (
+            static.tokens[:bucket],
+            static.positions[:bucket],
+            static.slots[:bucket],
+            static.tables[:bucket],
+        )
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                self.decode(*arguments)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = self.decode(*arguments)
+        torch.cuda.synchronize()
+        return graph, logits
+
+    def follow(self) -> None:
+        """Ranks 1..N-1: run rank 0's steps until it says stop."""
+        while (inputs := self.share(None)) is not None:
+            self.run(inputs)
+
+    def close(self) -> None:
+        if self.world_size > 1 and dist.is_initialized():
+            # A CUDA graph that captured an NCCL collective holds a reference on its
+            # communicator, and NCCL's teardown waits for it forever: free the graphs first.
+            for graph, _ in self.graphs.values():
+                graph.reset()
+            self.graphs = {}
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            dist.destroy_process_group()
+
+
+def _on(inputs: StepInputs, device: torch.device) -> StepInputs:
+    if inputs.tokens.device == device:
+        return inputs
+    names = ("tokens", "positions", "slots", "tables")
+    moved = {name: getattr(inputs, name).to(device, non_blocking=True) for name in names}
+    return replace(inputs, **moved)
+
+
+def _load(
+    spec: Spec,
+    device: torch.device,
+    dtype: torch.dtype,
+    shard: Callable[[Transformer], Cut] | None,
+) -> Transformer:
+    settings = spec.settings
+    path = Path(spec.source)
+    if path.exists():
+        config, state = load_checkpoint(path, settings.max_seq_len)
+        if settings.tp > 1:
+            check_divisible(config, settings.tp)
+        return build_model(config, device=device, dtype=dtype, state_dict=state, shard=shard)
+    if spec.source.endswith(".gguf") or os.sep in spec.source:
+        raise UserError(f"model not found: {spec.source}; pass a .gguf file or a preset name")
+    config = replace(config_for(spec.source), max_seq_len=settings.max_seq_len)
+    if settings.tp > 1:
+        check_divisible(config, settings.tp)
+    return build_model(config, device=device, dtype=dtype, shard=shard, seed=settings.seed)

@@ -1,0 +1,178 @@
+"""Which sequences run in the next step, apart from the model (nano-vllm's split): admission
+while blocks last, chunked prefill under a token budget, then decode of every running sequence,
+and finishing (end token, token limit, or the consumer left).
+
+A sequence is admitted only when blocks for its whole length (prompt + max tokens) are free, so
+a running sequence never waits for memory and nothing is ever preempted.
+"""
+
+import queue
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from openjarvis.runtime.torch.paged import BlockPool
+from openjarvis.runtime.types import WorkPiece
+
+__all__ = ["Row", "Scheduler", "Sequence", "Step"]
+
+# What a consumer receives: (token, arrival time), then None at the end, or the error.
+Delivery = tuple[int, float] | BaseException | None
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request's tokens and state. The scheduler's thread writes; the consumer reads
+    `outbox` and may set `cancelled`."""
+
+    prompt: list[int]
+    max_tokens: int
+    end_tokens: frozenset[int]
+    temperature: float = 0.0
+    seed: int = 0
+    all_logits: bool = False  # scoring: the prompt's logits, no tokens
+    output: list[int] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    cached: int = 0  # tokens whose keys and values are in the cache
+    cancelled: bool = False
+    finished: bool = False
+    work: list[WorkPiece] = field(default_factory=list)
+    logits: Tensor | None = None  # all_logits: [len(prompt), vocab] float32 on the CPU
+    generator: torch.Generator | None = None  # sampling at temperature > 0, seeded once
+    outbox: "queue.SimpleQueue[Delivery]" = field(default_factory=queue.SimpleQueue)
+
+    @property
+    def length(self) -> int:
+        """Tokens the sequence may grow to; its blocks are reserved for all of them."""
+        return len(self.prompt) + self.max_tokens
+
+    @property
+    def prefilling(self) -> bool:
+        return self.cached < len(self.prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One sequence's part of a step: `tokens` at positions start.. of its sequence."""
+
+    sequence: Sequence
+    tokens: list[int]
+    start: int
+    sample: bool  # the row ends the prompt or decodes: the next token is picked from it
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    kind: Literal["prefill", "decode"]
+    rows: list[Row]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(row.tokens) for row in self.rows)
+
+
+class Scheduler:
+    def __init__(
+        self, pool: BlockPool, max_batch: int, prefill_tokens: int, max_seq_len: int
+    ) -> None:
+        self.pool = pool
+        self.max_batch = max_batch
+        self.prefill_tokens = prefill_tokens  # chunked prefill: tokens per prefill step
+        self.max_seq_len = max_seq_len
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    def add(self, sequence: Sequence) -> None:
+        """Queue a sequence; one that could never fit is refused at once."""
+        if sequence.length > self.max_seq_len:
+            raise ValueError(f"{sequence.length} tokens exceed the context of {self.max_seq_len}")
+        if self.pool.blocks_for(sequence.length) > self.pool.blocks - 1:
+            raise ValueError(
+                f"{sequence.length} tokens need more KV cache than the engine has "
+                f"({(self.pool.blocks - 1) * self.pool.block_size} tokens)"
+            )
+        self.waiting.append(sequence)
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def next_step(self) -> Step | None:
+        """Drop what the consumers left, admit what fits, then prefill before decoding."""
+        for sequence in [s for s in self.running if s.cancelled]:
+            self._finish(sequence)
+        self.waiting = deque(s for s in self.waiting if not s.cancelled)
+        self._admit()
+        rows: list[Row] = []
+        budget = self.prefill_tokens
+        for sequence in self.running:
+            if not sequence.prefilling or budget <= 0:
+                continue
+            if sequence.all_logits and rows:
+                break  # a scoring prompt runs alone and whole
+            size = len(sequence.prompt) - sequence.cached
+            if not sequence.all_logits:
+                size = min(size, budget)
+            start = sequence.cached
+            chunk = sequence.prompt[start : start + size]
+            rows.append(Row(sequence, chunk, start, start + size == len(sequence.prompt)))
+            budget -= size
+            if sequence.all_logits:
+                break
+        if rows:
+            return Step("prefill", rows)
+        decoding = [s for s in self.running if not s.prefilling]
+        if not decoding:
+            return None
+        return Step("decode", [Row(s, [s.output[-1]], s.cached, True) for s in decoding])
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_batch:
+            sequence = self.waiting[0]
+            needed = self.pool.blocks_for(sequence.length)
+            if needed > self.pool.free:
+                return  # first come, first served: later ones wait behind it
+            self.waiting.popleft()
+            sequence.blocks = self.pool.take(needed)
+            self.running.append(sequence)
+
+    def finish_step(
+        self, step: Step, picked: list[int | None], start_s: float, end_s: float
+    ) -> None:
+        """Record the step: each row's tokens are cached now; sampled rows get their token,
+        delivered with the step's end time; finished sequences give their blocks back."""
+        total = step.tokens
+        for row, token in zip(step.rows, picked, strict=True):
+            sequence = row.sequence
+            sequence.cached = row.start + len(row.tokens)
+            share = len(row.tokens) / total
+            sequence.work.append(WorkPiece(start_s, end_s, share, len(step.rows)))
+            if sequence.cancelled or not row.sample or sequence.all_logits:
+                if sequence.all_logits and not sequence.prefilling:
+                    self._finish(sequence)
+                continue
+            assert token is not None, "a sampled row has its token"
+            sequence.output.append(token)
+            sequence.outbox.put((token, end_s))
+            if token in sequence.end_tokens or len(sequence.output) >= sequence.max_tokens:
+                self._finish(sequence)
+
+    def _finish(self, sequence: Sequence) -> None:
+        sequence.finished = True
+        self.running.remove(sequence)
+        self.pool.give_back(sequence.blocks)
+        sequence.blocks = []
+        sequence.outbox.put(None)
+
+    def fail(self, error: BaseException) -> None:
+        """The step failed: every sequence gets the error and its blocks back."""
+        for sequence in [*self.running, *self.waiting]:
+            sequence.outbox.put(error)
+            sequence.finished = True
+            if sequence.blocks:
+                self.pool.give_back(sequence.blocks)
+                sequence.blocks = []
+        self.running, self.waiting = [], deque()

@@ -1,0 +1,138 @@
+"""Many sequences at once through the torch engine on the CPU: each gets the greedy tokens it
+gets alone (mixed prompt lengths, joining mid-decode, chunked prefill, TP=1 and TP=2 on gloo),
+a consumer that leaves frees its blocks, and each step's work shares add up to one."""
+
+import threading
+from collections import defaultdict
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings  # noqa: E402
+
+PROMPTS = [
+    [5, 17, 42, 99, 3, 10, 7, 64],
+    [1, 2],
+    [200, 100, 50, 25, 12, 6, 3, 1, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 30, 31, 32],
+    [77],
+]
+TOKENS = 12
+
+
+def _engine(tp: int = 1, prefill_tokens: int = 2048) -> TorchEngine:
+    settings = TorchSettings(
+        device="cpu", tp=tp, max_seq_len=64, seed=11, max_batch=8, prefill_tokens=prefill_tokens
+    )
+    return TorchEngine("tiny-tp", settings)
+
+
+def _alone(engine: TorchEngine, prompt: list[int], count: int = TOKENS) -> list[int]:
+    return [token for token, _ in engine.generate_tokens(prompt, count)]
+
+
+def _together(engine: TorchEngine, prompts: list[list[int]]) -> list[list[int]]:
+    """All prompts submitted at once, each read on its own thread."""
+    streams = [engine.generate_tokens(prompt, TOKENS) for prompt in prompts]
+    results: list[list[int]] = [[] for _ in prompts]
+
+    def read(i: int) -> None:
+        results[i] = [token for token, _ in streams[i]]
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+@pytest.fixture(scope="module")
+def engine() -> TorchEngine:
+    engine = _engine()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def expected(engine: TorchEngine) -> list[list[int]]:
+    return [_alone(engine, prompt) for prompt in PROMPTS]
+
+
+def test_a_batch_of_mixed_lengths_gives_each_sequence_its_tokens_alone(
+    engine: TorchEngine, expected: list[list[int]]
+) -> None:
+    assert _together(engine, PROMPTS) == expected
+    assert all(len(set(tokens)) > 1 for tokens in expected), "random weights repeat (weak)"
+
+
+def test_tensor_parallel_batches_give_the_same_tokens(expected: list[list[int]]) -> None:
+    engine = _engine(tp=2)
+    try:
+        assert _together(engine, PROMPTS) == expected
+    finally:
+        engine.close()
+
+
+def test_chunked_prefill_gives_the_same_tokens(expected: list[list[int]]) -> None:
+    engine = _engine(prefill_tokens=5)  # the longest prompt takes five prefill steps
+    try:
+        assert _together(engine, PROMPTS) == expected
+    finally:
+        engine.close()
+
+
+def test_a_sequence_joins_a_running_decode(engine: TorchEngine, expected: list[list[int]]) -> None:
+    first = engine.generate_tokens(PROMPTS[0], TOKENS)
+    head = [next(first)[0] for _ in range(4)]  # the first sequence is decoding now
+    second = _alone(engine, PROMPTS[2])  # admitted while the first is mid-decode
+    rest = [token for token, _ in first]
+    assert head + rest == expected[0]
+    assert second == expected[2]
+
+
+def test_a_consumer_that_leaves_frees_its_blocks(
+    engine: TorchEngine, expected: list[list[int]]
+) -> None:
+    pool = engine._scheduler.pool
+    free_before = pool.free
+    leaving = engine.generate_tokens(PROMPTS[0], 40)
+    next(leaving)
+    assert pool.free < free_before  # its blocks are taken while it runs
+    leaving.close()
+    assert _alone(engine, PROMPTS[1]) == expected[1]  # the next step drops the leaver
+    assert pool.free == free_before
+    assert not engine._scheduler.running
+
+
+def test_work_shares_of_each_step_add_up_to_one(engine: TorchEngine) -> None:
+    """Prefill shares follow the prompt tokens of the step; decode steps share evenly."""
+    sequences = []
+    for prompt in PROMPTS:
+        sequences.append(engine._submit(prompt, TOKENS, frozenset(), 0.0, None))
+    for sequence in sequences:
+        for _ in engine._deliveries(sequence):
+            pass
+    steps: dict[tuple[float, float], list[float]] = defaultdict(list)
+    batches: dict[tuple[float, float], set[int]] = defaultdict(set)
+    for sequence in sequences:
+        for piece in sequence.work:
+            steps[piece.start_s, piece.end_s].append(piece.share)
+            batches[piece.start_s, piece.end_s].add(piece.batch)
+    assert steps, "no work recorded"
+    for key, shares in steps.items():
+        assert sum(shares) == pytest.approx(1.0), key
+        assert batches[key] == {len(shares)}
+    assert max(len(shares) for shares in steps.values()) > 1, "nothing ran together"
+
+
+def test_sampling_is_per_sequence_and_seeded(engine: TorchEngine) -> None:
+    def draw(seed: int) -> list[int]:
+        return [
+            t for t, _ in engine.generate_tokens(PROMPTS[0], TOKENS, temperature=0.9, seed=seed)
+        ]
+
+    streams = [engine.generate_tokens(PROMPTS[0], TOKENS, temperature=0.9, seed=s) for s in (1, 2)]
+    together = [[t for t, _ in stream] for stream in streams]
+    assert together == [draw(1), draw(2)]
+    assert together[0] != together[1]
