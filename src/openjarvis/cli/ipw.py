@@ -106,13 +106,31 @@ def measure(
         str, typer.Option(help="llamacpp or torch (local), or a cloud engine: openai, anthropic")
     ] = "llamacpp",
     tp: Annotated[int, typer.Option(help="torch engine: tensor-parallel GPUs (at least 1)")] = 1,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            help="Tasks in flight at once, up to the engine's own limit (llamacpp 1); their "
+            "energy is shared by the work each did"
+        ),
+    ] = 1,
     base_url: Annotated[str | None, typer.Option(help="Cloud engine's API base URL")] = None,
     api_key_env: Annotated[
         str | None, typer.Option(help="Variable holding the cloud engine's API key")
     ] = None,
+    num_fewshot: Annotated[
+        int | None, typer.Option(help="lm-eval suites: few-shot examples (default: the task's)")
+    ] = None,
+    lm_eval_include: Annotated[
+        str | None, typer.Option(help="lm-eval suites: a folder of your own task YAML files")
+    ] = None,
 ) -> None:
-    """Run a suite on a model with the energy meter on, score it, store it, print the summary."""
+    """Run a suite on a model with the energy meter on, score it, store it, print the summary.
+
+    --suite lm-eval:TASK[,TASK...] runs tasks of EleutherAI's lm-evaluation-harness (--limit
+    counts documents per task there), with pip install 'openjarvis[lm-eval]'.
+    """
     from openjarvis.cli.summary import print_summary
+    from openjarvis.evals.harness import check_harness_suite, fold_harness_options
     from openjarvis.evals.runner import MeasureSpec, resume_measure, run_measure
 
     _refuse_conflicting_options(ctx)
@@ -120,10 +138,13 @@ def measure(
         raise UserError(
             f"unknown energy scope {scope!r}; use --scope system or --scope accelerator"
         )
+    suite, runner_limit = fold_harness_options(
+        suite, None if all_tasks else limit, num_fewshot, lm_eval_include
+    )
     spec = MeasureSpec(
         model_path=model,
         suite=suite,
-        limit=None if all_tasks else limit,
+        limit=runner_limit,
         samples=samples,
         temperature=(0.0 if samples == 1 else 0.8) if temperature is None else temperature,
         seed=seed,
@@ -139,9 +160,11 @@ def measure(
         api_key_env=api_key_env,
         gpus=gpus,  # type: ignore[arg-type]  # typer passes str; checked by spec.validate()
         allow_shared=allow_shared,
+        concurrency=concurrency,
     )
     if resume is None:
         spec.validate()  # before the progress bar, so a bad option is the only line printed
+        check_harness_suite(spec.suite, spec.engine)
     else:
         # Before the model loads: a missing database or run, or one another process still
         # measures, is named without creating or changing anything (resume_run checks again).

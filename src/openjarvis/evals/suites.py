@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from openjarvis.errors import UserError
+from openjarvis.evals.harness import is_harness_suite, load_harness_suite
 from openjarvis.evals.suite_files import HUMANEVAL_STOP, SuiteFile, parse_suite
 from openjarvis.evals.types import Task, TaskKind
 
@@ -79,7 +80,10 @@ def _examples() -> dict[str, Traversable]:
 
 
 def _open(name_or_path: str) -> SuiteFile:
-    """Built-in names win over example names, which win over paths (write ./name for a file)."""
+    """Built-in names win over example names, which win over paths (write ./name for a file);
+    `lm-eval:TASK[,TASK...]` names tasks of lm-evaluation-harness (docs/harness.md)."""
+    if is_harness_suite(name_or_path):
+        return SuiteFile(tuple(load_harness_suite(name_or_path)), {})
     key = name_or_path.strip().lower()
     if key in _BUILT_IN:
         return _BUILT_IN[key]()
@@ -92,7 +96,8 @@ def _open(name_or_path: str) -> SuiteFile:
     known = ", ".join([*_BUILT_IN, *examples])
     raise UserError(
         f"unknown suite {name_or_path!r}; known suites: {known}; or give the path of a "
-        ".jsonl suite file (docs/suites.md); `ipw suites` lists them"
+        ".jsonl suite file (docs/suites.md), or lm-eval:TASK for a task of lm-evaluation-harness "
+        "(docs/harness.md); `ipw suites` lists them"
     )
 
 

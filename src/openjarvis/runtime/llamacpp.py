@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import psutil
 
 from openjarvis.errors import UserError
@@ -219,6 +220,40 @@ class LlamaCppEngine:
             ),
             bandwidth_bytes_per_s=self.bandwidth.bytes_per_s if self.bandwidth else None,
         )
+
+    # ---- log-likelihood (lm-eval's loglikelihood requests use these) ------------------------
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        """The model's tokens for plain text (no special tokens parsed)."""
+        return list(self._llama.tokenize(text.encode("utf-8"), add_bos, False))
+
+    def logits(self, prompt: list[int], first: int = 0) -> np.ndarray:
+        """Float32 logits after each prompt position from `first` on, [len(prompt) - first,
+        vocab]: row i predicts the token after prompt[first + i].
+
+        The context keeps only its last position's logits (keeping every position's, llama.cpp's
+        logits_all, costs n_ctx x vocab floats), so the prompt up to `first` is evaluated as one
+        batch and the rest one token at a time: cheap for the few tokens of a continuation.
+        """
+        if not 0 <= first < len(prompt):
+            raise ValueError(f"first={first} is outside a prompt of {len(prompt)} tokens")
+        if len(prompt) > self.n_ctx:
+            raise UserError(
+                f"prompt ({len(prompt)} tokens) exceeds the model context of {self.n_ctx} "
+                "tokens; raise --n-ctx"
+            )
+        vocab = self._llama.n_vocab()
+        rows: list[np.ndarray] = []
+        with self._lock:
+            self._llama.reset()
+            for start, end in [
+                (0, first + 1),
+                *((p, p + 1) for p in range(first + 1, len(prompt))),
+            ]:
+                self._llama.eval(prompt[start:end])
+                last = self._llama_cpp.llama_get_logits_ith(self._llama.ctx, -1)
+                rows.append(np.ctypeslib.as_array(last, shape=(vocab,)).copy())
+        return np.stack(rows)
 
     def close(self) -> None:
         with self._lock:
