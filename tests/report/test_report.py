@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 from openjarvis.cli.ipw import app
 from openjarvis.errors import UserError
 from openjarvis.report.accounting import WindowFlags, accounting
+from openjarvis.report.plot import hardware_colours
 from openjarvis.report.plots import tokens_plot
-from openjarvis.report.runs import figure, frontiers, pareto_frontier
+from openjarvis.report.runs import figure, hardware_label, pareto_frontier
 from openjarvis.store import RunRecord, open_store
 from tests.synthetic import add_run, make_host
 
@@ -68,14 +69,22 @@ def two_machines(db: str) -> dict[str, str]:
         }
 
 
-def test_frontiers_never_rank_estimates_against_measurements(db: str, two_machines) -> None:
-    with open_store(db) as store:
-        runs = store.list_runs()
-    by_group = {group: [r.id for r in members] for group, members in frontiers(runs).items()}
-    assert by_group == {
-        "system scope, estimated": [two_machines["laptop"]],
-        "system scope, measured": [two_machines["small"], two_machines["medium"]],
+def test_frontiers_only_within_a_section_and_only_from_two_points(db: str, two_machines) -> None:
+    """The measured H200 runs make a frontier (wasteful is dominated); the laptop's estimate is
+    alone in its section, so it has none, and is never ranked against measurements."""
+    out = Path(db).parent / "report"
+    code, _, error = ipw("report", "--db", db, "--out", str(out))
+    assert code == 0, error
+    document = json.loads((out / "report.json").read_text())
+    assert document["pareto_frontiers"] == {
+        "humaneval · system scope · measured energy · n = 20": [
+            two_machines["small"],
+            two_machines["medium"],
+        ]
     }
+    estimated = next(s for s in document["sections"] if not s["measured"])
+    assert [run["run_id"] for run in estimated["runs"]] == [two_machines["laptop"]]
+    assert estimated["pareto_frontier"] == []
 
 
 def test_report_writes_html_markdown_csv_and_json(db: str, two_machines, tmp_path: Path) -> None:
@@ -84,7 +93,7 @@ def test_report_writes_html_markdown_csv_and_json(db: str, two_machines, tmp_pat
     assert code == 0, error
     html = (out / "report.html").read_text()
     plots = re.findall(r'<figure class="plot" data-plot="([a-z-]+)"><svg', html)
-    assert plots == ["accuracy-vs-energy", "accuracy-per-joule", "tokens", "power-traces"]
+    assert plots == ["accuracy-vs-energy", "joules", "accuracy-per-joule", "tokens", "power-traces"]
     # Offline: a policy that forbids every load, and nothing that would need one.
     assert "default-src 'none'" in html
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
@@ -93,7 +102,7 @@ def test_report_writes_html_markdown_csv_and_json(db: str, two_machines, tmp_pat
 
     document = json.loads((out / "report.json").read_text())
     assert {run["id"] for run in document["runs"]} == set(two_machines.values())
-    assert document["pareto_frontiers"]["system scope, measured"] == [
+    assert document["pareto_frontiers"]["humaneval · system scope · measured energy · n = 20"] == [
         two_machines["small"],
         two_machines["medium"],
     ]
@@ -104,8 +113,11 @@ def test_report_writes_html_markdown_csv_and_json(db: str, two_machines, tmp_pat
     assert interrupted["accuracy"] == "" and interrupted["state"] == "interrupted"
     markdown = (out / "report.md").read_text()
     assert "1 run(s) have no figures" in markdown
+    runs_table = markdown.split("## Runs\n", 1)[1]
     laptop_row = next(
-        line for line in markdown.splitlines() if line.startswith(f"| {two_machines['laptop'][:8]}")
+        line
+        for line in runs_table.splitlines()
+        if line.startswith(f"| {two_machines['laptop'][:8]}")
     )
     # Every energy figure of the estimated run is marked: all but accuracy of the 8 figures.
     assert laptop_row.count("est.") == 7
@@ -198,14 +210,15 @@ def test_an_unknown_decode_rate_is_no_bar_and_says_unknown(db: str, two_machines
         runs = [store.get_run(two_machines[name]) for name in ("small", "medium")]
     assert runs[0] is not None and runs[1] is not None and runs[0].summary is not None
     assert figure(runs[0], "decode_tokens_per_s")[0] is not None
-    assert "unknown" not in tokens_plot(runs).svg
+    colours = hardware_colours(hardware_label(run) for run in runs)
+    assert "unknown" not in tokens_plot(runs, colours).svg
     unknown = {"value": None, "low": None, "high": None, "null_reason": "too-few-tokens"}
     runs[0] = replace(runs[0], summary={**runs[0].summary, "decode_tokens_per_s": unknown})
-    svg = tokens_plot(runs).svg
+    svg = tokens_plot(runs, colours).svg
     assert svg.count("— unknown") == 1
     # One bar fewer: a 0-wide bar would still be drawn as a path of the run's colour.
     measured = replace(runs[0], summary={**runs[0].summary, "decode_tokens_per_s": 1.0})
-    bars = tokens_plot([measured, runs[1]]).svg.count('<g id="patch_')
+    bars = tokens_plot([measured, runs[1]], colours).svg.count('<g id="patch_')
     assert svg.count('<g id="patch_') < bars
 
 
@@ -223,7 +236,7 @@ def test_plots_drawn_in_this_process_equal_those_of_the_forked_workers(
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
     monkeypatch.setattr("openjarvis.report.write.ProcessPoolExecutor", None)  # no pool now
     here = figures(tmp_path / "here")
-    assert len(forked) == 4 and forked == here
+    assert len(forked) == 5 and forked == here
 
 
 ACCOUNTING_COLUMNS = (

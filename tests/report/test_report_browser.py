@@ -1,4 +1,6 @@
-"""The HTML report in headless Chromium: every plot renders, nothing errs, nothing is fetched.
+"""The HTML report in headless Chromium: every plot renders, nothing errs, nothing is fetched;
+the verdict leads, the comparability gate's sections are there, no frontier is drawn from one
+point, and at 600 px nothing is wider than the page.
 
 Skipped without Chromium, except in CI (CI=true), where a missing browser fails the test.
 """
@@ -53,9 +55,19 @@ const plots = [...document.querySelectorAll("figure.plot")].map((figure) => {
           drawnArea: drawn.width * drawn.height,
           marks: svg.querySelectorAll("path, use, text, g").length};
 });
+const headline = document.querySelector("#headline");
+const page = {
+  width: document.documentElement.clientWidth,
+  headlineTop: headline ? headline.getBoundingClientRect().top : null,
+  headlineText: headline ? headline.textContent : "",
+  sections: [...document.querySelectorAll('section[id^="section-"] h3')].map((h) => h.textContent),
+  frontiers: [...document.querySelectorAll('figure.plot g[id^="frontier-"]')].map((g) => g.id),
+  widest: Math.max(...[...document.querySelectorAll("figure.plot svg, table")].map(
+    (e) => e.getBoundingClientRect().right)),
+};
 const out = document.createElement("pre");
 out.id = "openjarvis-check";
-out.textContent = JSON.stringify({plots, errors: openjarvisErrors});
+out.textContent = JSON.stringify({plots, page, errors: openjarvisErrors});
 document.body.appendChild(out);
 </script>"""
 
@@ -96,15 +108,16 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         add_run(store, h200, "large", accuracy=0.7, joules_per_task=300.0, seed=1)
         add_run(store, make_host("laptop"), "small", method="estimate", seed=2)
         add_run(store, None, "gpt-4o", engine="cloud", method="estimate", accuracy=0.9, seed=3)
+        # Alone in its scope: a section of one run, which must draw no frontier.
+        add_run(store, h200, "lone", scope="accelerator", tasks=8, seed=4)
     result = CliRunner().invoke(app, ["report", "--db", db, "--out", str(folder / "out")])
     assert result.exit_code == 0, result.exception
     return folder / "out" / "report.html"
 
 
-def test_every_plot_renders_without_errors(chromium: str, report: Path, tmp_path: Path) -> None:
+def check_page(chromium: str, report: Path, tmp_path: Path, width_px: int) -> dict:
+    """Load a copy of the report with the two watch scripts at `width_px` wide; the verdict."""
     html = report.read_text()
-    expected = re.findall(r'data-plot="([a-z-]+)"', html)
-    assert len(expected) == 5  # the cloud run brings the local-versus-cloud panel
     policy_end = html.index(">", html.index('http-equiv="Content-Security-Policy"')) + 1
     # The copy may run our two inline scripts; every other load stays forbidden.
     checked = (html[:policy_end] + WATCH + html[policy_end:]).replace(
@@ -113,17 +126,52 @@ def test_every_plot_renders_without_errors(chromium: str, report: Path, tmp_path
     checked = checked.replace("</body>", CHECK + "</body>")
     page = tmp_path / "checked.html"
     page.write_text(checked)
-
-    result = run_chromium(chromium, tmp_path / "profile", "--dump-dom", page.as_uri())
+    result = run_chromium(
+        chromium,
+        tmp_path / "profile",
+        f"--window-size={width_px},2000",
+        "--dump-dom",
+        page.as_uri(),
+    )
     found = re.search(r'<pre id="openjarvis-check">(.*?)</pre>', result.stdout, re.DOTALL)
     assert found, result.stdout[-2000:]
     verdict = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert console_messages(result.stderr) == []
+    return verdict
+
+
+def test_every_plot_renders_without_errors(chromium: str, report: Path, tmp_path: Path) -> None:
+    expected = re.findall(r'data-plot="([a-z-]+)"', report.read_text())
+    assert len(expected) == 6  # the cloud run brings the local-versus-cloud panel
+    verdict = check_page(chromium, report, tmp_path, 1200)
     assert verdict["errors"] == []
     assert [plot["name"] for plot in verdict["plots"]] == expected
     for plot in verdict["plots"]:
         assert plot["width"] > 300 and plot["height"] > 100, plot
         assert plot["drawnArea"] > 10_000 and plot["marks"] > 20, plot
-    assert console_messages(result.stderr) == []
+
+
+def test_the_verdict_leads_and_the_gate_keeps_sections_apart(
+    chromium: str, report: Path, tmp_path: Path
+) -> None:
+    """Read at 600 px, as on a small screen: the verdict is on the first screen, each scope
+    and method class has its own section with its n, the one-run section draws no frontier,
+    and no plot or table runs off the page."""
+    verdict = check_page(chromium, report, tmp_path, 600)
+    page = verdict["page"]
+    assert page["headlineTop"] is not None and page["headlineTop"] < 400, page
+    assert "passes per kJ" in page["headlineText"] and "What limits this" in page["headlineText"]
+    assert page["sections"] == [
+        "humaneval · system scope · measured energy · n = 20",
+        "humaneval · accelerator scope · measured energy · n = 8",
+        "humaneval · system scope · estimated energy · n = 20",
+    ]
+    document = json.loads((report.parent / "report.json").read_text())
+    with_frontier = [i for i, s in enumerate(document["sections"]) if s["pareto_frontier"]]
+    # Panels follow the sections; the lone accelerator run (panel 1) has none.
+    assert 1 not in with_frontier and 0 in with_frontier
+    assert sorted(page["frontiers"]) == [f"frontier-{i}" for i in with_frontier]
+    assert page["widest"] <= page["width"] + 1, page
 
 
 def test_screenshot_of_the_report_as_shipped(chromium: str, report: Path, tmp_path: Path) -> None:

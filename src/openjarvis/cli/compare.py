@@ -1,4 +1,5 @@
-"""`ipw compare`: runs side by side, with each run's ratio to the first and its 95 % interval.
+"""`ipw compare`: runs side by side, with each run's ratio to the first and its 95 % interval,
+then coverage and routing over the tasks they share (report/routing.py).
 
 Ratios come from evals.metrics.compare_figures; energy scopes must match, and be whole or partial
 alike, unless the user says so.
@@ -22,6 +23,7 @@ from openjarvis.evals.metrics import (
     compute_figures,
     task_figures,
 )
+from openjarvis.report.routing import Route, Routing, routing, routing_json
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
     energy_label,
@@ -34,7 +36,7 @@ from openjarvis.report.runs import (
 )
 from openjarvis.store import RunRecord, open_reader
 
-__all__ = ["compare_command"]
+__all__ = ["compare_command", "routing_tables"]
 
 
 def compare_command(
@@ -86,12 +88,19 @@ def compare_command(
     per_task = [{task.task_id: task_figures(task) for task in saved} for saved in tasks]
     figures = [compute_figures(list(by_id.values())) for by_id in per_task]
     comparisons = [compare_figures(per_task[0], other) for other in per_task[1:]]
+    found = routing(
+        records, {record.id or "": saved for record, saved in zip(records, tasks, strict=True)}
+    )
     console = stdout_console()
     if json_output:
         data = _as_json(records, figures, comparisons)
+        data["routing"] = routing_json(found) if found is not None else None
         console.file.write(json.dumps(data, indent=2) + "\n")
         return
     console.print(readable(_table(records, figures, comparisons)))
+    if found is not None:
+        for table in routing_tables(found):
+            console.print(readable(table))
     for record, comparison in zip(records[1:], comparisons, strict=True):
         how = (
             f"paired over {comparison.baseline_tasks} shared tasks"
@@ -116,6 +125,35 @@ def compare_command(
             "[yellow]note:[/] runs marked (partial) could not read a source in their scope: "
             "their energy leaves it out, so energy ratios compare different things"
         )
+
+
+def routing_tables(found: Routing) -> list[Table]:
+    """Coverage, the oracle, the best single run and the cloud run; then the router curve."""
+    local = (
+        f", {found.local_coverage:.0%} by a local run" if found.local_coverage is not None else ""
+    )
+    title = (
+        f"coverage and routing over {found.tasks} shared tasks: {found.coverage:.0%} solved by "
+        f"at least one run{local}"
+    )
+    tables = [_routes_table(title, "route", [(r.name, r) for r in found.routes()])]
+    if found.router:
+        curve = [(f"p = {p:.1f}", route) for p, route in found.router]
+        tables.append(_routes_table("router right with probability p", "router", curve))
+    return tables
+
+
+def _routes_table(title: str, first: str, rows: list[tuple[str, Route]]) -> Table:
+    table = Table(title=title)
+    for heading in (first, "accuracy", "J per task", "API $ per task"):
+        table.add_column(heading, justify="left" if heading == first else "right")
+    for name, route in rows:
+        energy = "—" if route.energy_j is None else f"{route.energy_j:.3g}"
+        if route.estimated and route.energy_j is not None:
+            energy += " (incl. est.)"
+        cost = "—" if route.cost_usd is None else f"{route.cost_usd:.4g}"
+        table.add_row(name, f"{route.accuracy:.1%}", energy, cost)
+    return table
 
 
 def _short(record: RunRecord) -> str:

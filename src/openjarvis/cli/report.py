@@ -42,6 +42,7 @@ def report_command(
     ] = False,
 ) -> None:
     """Write a self-contained HTML report of stored runs, plus Markdown, CSV and JSON."""
+    from openjarvis.report.runs import newest_per_group
     from openjarvis.report.write import PlotWorkers, ReportData, write_report
 
     if limit is not None and limit < 1:
@@ -59,9 +60,10 @@ def report_command(
                     "loosen --model/--host/--suite/--since"
                 )
             traces = _traces(store, runs, trace or [])
-            # The per-run accounting comes from the summary `ipw measure` stored: loading
-            # every task record (its completions too) would double the report's time.
-            data = ReportData(runs, traces, store.url, datetime.now(UTC))
+            # Tasks are loaded for the newest run of each configuration only: those the report
+            # compares on shared tasks; older runs keep the summary `ipw measure` stored.
+            tasks = {run.id: store.task_results(run.id) for run in newest_per_group(runs) if run.id}
+            data = ReportData(runs, traces, store.url, datetime.now(UTC), tasks)
         try:
             files = write_report(data, out, workers)
         except OSError as error:

@@ -1,4 +1,4 @@
-"""Drawing helpers the report's plots share: SVG output, fixed margins, one colour per host,
+"""Drawing helpers the report's plots share: SVG output, fixed margins, one colour per hardware,
 whiskers, and the marks that set estimated energy apart (hollow markers, '(estimate)' labels).
 """
 
@@ -9,27 +9,25 @@ from typing import Any
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullLocator
 from matplotlib.typing import RcKeyType
 
 from openjarvis.report.runs import (
     Interval,
     figure,
-    host_label,
+    hardware_label,
     is_cloud,
     is_estimate,
-    model_label,
+    scaled,
+    short_label,
 )
 from openjarvis.store import RunRecord
 
 __all__ = [
     "draw_svg",
     "errorbars",
-    "host_colours",
     "known",
     "labels_width_in",
-    "legend_for_hosts",
     "log_scale_if_wide",
     "row_labels",
     "rows_height_in",
@@ -40,7 +38,7 @@ __all__ = [
 SVG_SETTINGS: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # text stays text: smaller, searchable, no duplicated glyph ids
     "svg.hashsalt": "openjarvis",  # stable element ids, so the same data gives the same file
-    "font.size": 9,
+    "font.size": 10,  # still about 7 pt where a 600-px screen scales a plot down
 }
 
 
@@ -52,19 +50,24 @@ def _svg(fig: Figure) -> str:
 
 
 def draw_svg(
-    draw: Callable[[Figure], None], plot_width_in: float, height_in: float, left_in: float = 0.8
+    draw: Callable[[Figure], None],
+    plot_width_in: float,
+    height_in: float,
+    left_in: float = 0.8,
+    right_in: float = 0.2,
 ) -> str:
-    """Render `draw` to SVG; the figure is the plot area plus `left_in` for the y labels.
+    """Render `draw` to SVG; the figure is the plot area plus `left_in` for the y labels and
+    `right_in` (room for a legend beside the axes, never over the data).
 
     Margins are fixed in inches: a layout engine (or bbox_inches="tight") measures every text
     by drawing the figure an extra time, which doubled the report's time.
     """
-    width_in = left_in + plot_width_in
+    width_in = left_in + plot_width_in + right_in
     with rc_context(SVG_SETTINGS):
         fig = Figure(figsize=(width_in, height_in))
         fig.subplots_adjust(
             left=left_in / width_in,
-            right=1 - 0.2 / width_in,
+            right=1 - right_in / width_in,
             bottom=0.55 / height_in,
             top=1 - 0.35 / height_in,
             wspace=0.06,
@@ -75,15 +78,8 @@ def draw_svg(
 
 
 def labels_width_in(labels: Sequence[str]) -> float:
-    """Room for y tick labels: about 0.6 em a character at the report's 9 pt."""
-    return 0.3 + max((len(label) for label in labels), default=0) * 9 * 0.6 / 72
-
-
-def host_colours(runs: Sequence[RunRecord]) -> dict[str, str]:
-    """One colour per host, the same in every plot."""
-    labels = sorted({host_label(run) for run in runs})
-    palette = [f"C{i}" for i in range(10)]
-    return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+    """Room for y tick labels: about 0.6 em a character at the report's 10 pt."""
+    return 0.3 + max((len(label) for label in labels), default=0) * 10 * 0.6 / 72
 
 
 def known(values: Iterable[float | None]) -> list[float]:
@@ -112,7 +108,7 @@ def errorbars(
     colours: dict[str, str],
     **style: Any,
 ) -> None:
-    """Points with whiskers, one errorbar call per host and kind of energy.
+    """Points with whiskers, one errorbar call per hardware and kind of energy.
 
     One call per run made a 200-run report spend ~10 s in matplotlib. Hollow markers are
     estimates, filled ones were measured; diamonds are cloud runs.
@@ -120,11 +116,11 @@ def errorbars(
     groups: dict[tuple[str, bool, bool], list[RunRecord]] = {}
     for run in runs:
         if x_of(run)[0] is not None and y_of(run)[0] is not None:
-            key = (host_label(run), is_estimate(run), is_cloud(run))
+            key = (hardware_label(run), is_estimate(run), is_cloud(run))
             groups.setdefault(key, []).append(run)
-    for (host, estimated, cloud), members in groups.items():
+    for (hardware, estimated, cloud), members in groups.items():
         xs, ys = [x_of(r) for r in members], [y_of(r) for r in members]
-        colour = colours[host]
+        colour = colours[hardware]
         axes.errorbar(
             known(x for x, _, _ in xs),
             known(y for y, _, _ in ys),
@@ -153,42 +149,31 @@ def log_scale_if_wide(axes: Axes, values: Sequence[float | None], axis: str) -> 
     target.set_minor_locator(NullLocator())
 
 
-def legend_for_hosts(axes: Axes, colours: dict[str, str], estimates: bool) -> None:
-    """Hosts by colour, then what the axes labelled themselves (frontiers)."""
-    handles = [
-        Line2D([], [], marker="o", color=colour, linestyle="none", label=host)
-        for host, colour in colours.items()
-    ]
-    if estimates:
-        handles.append(
-            Line2D(
-                [],
-                [],
-                marker="o",
-                color="grey",
-                markerfacecolor="none",
-                linestyle="none",
-                label="hollow: energy estimated",
-            )
-        )
-    axes.legend(handles=handles + axes.get_legend_handles_labels()[0], fontsize=7, loc="best")
-
-
 def row_labels(runs: Sequence[RunRecord]) -> list[str]:
+    """`model · hardware · engine`, and the suite where the rows are of more than one."""
+    suites = len({run.suite for run in runs}) > 1
     return [
-        f"{model_label(run)} · {host_label(run)} · {run.suite}"
+        short_label(run)
+        + (f" · {run.suite}" if suites else "")
         + (" (estimate)" if is_estimate(run) else "")
         for run in runs
     ]
 
 
-def whisker_rows(axes: Axes, runs: Sequence[RunRecord], name: str, colours: dict[str, str]) -> None:
-    """One horizontal row per run: the figure's value with its 95 % interval as whiskers."""
+def whisker_rows(
+    axes: Axes,
+    runs: Sequence[RunRecord],
+    name: str,
+    colours: dict[str, str],
+    scale: float = 1.0,
+) -> None:
+    """One horizontal row per run: the figure's value (times `scale`, e.g. 1000 for passes per
+    kJ) with its 95 % interval as whiskers."""
     rows = {run.id: float(row) for row, run in enumerate(runs)}
     errorbars(
         axes,
         runs,
-        lambda run: figure(run, name),
+        lambda run: scaled(figure(run, name), scale),
         lambda run: (rows[run.id], None, None),
         colours,
         capsize=3,
@@ -197,7 +182,7 @@ def whisker_rows(axes: Axes, runs: Sequence[RunRecord], name: str, colours: dict
     axes.set_yticks(range(len(runs)), row_labels(runs))
     axes.set_ylim(len(runs) - 0.5, -0.5)
     axes.grid(axis="x", alpha=0.3)
-    log_scale_if_wide(axes, [figure(r, name)[0] for r in runs], "x")
+    log_scale_if_wide(axes, [scaled(figure(r, name), scale)[0] for r in runs], "x")
 
 
 def rows_height_in(rows: int) -> float:

@@ -6,120 +6,157 @@ Estimated energy is always drawn differently (hollow markers, hatched bars) and 
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from openjarvis.report.drawing import (
     draw_svg,
-    errorbars,
-    host_colours,
     known,
     labels_width_in,
-    legend_for_hosts,
     log_scale_if_wide,
     row_labels,
     rows_height_in,
     spans,
     whisker_rows,
 )
-from openjarvis.report.plot import Plot
-from openjarvis.report.runs import figure, frontiers, host_label, is_cloud, is_estimate, model_label
+from openjarvis.report.joules import Breakdown
+from openjarvis.report.plot import Panel, Plot, Point
+from openjarvis.report.runs import (
+    figure,
+    hardware_label,
+    is_cloud,
+    is_estimate,
+    model_label,
+    pareto_frontier,
+    scaled,
+    short_label,
+)
 from openjarvis.store import PowerSeries, RunRecord
 
 __all__ = [
     "accuracy_per_joule_plot",
-    "accuracy_vs_energy_plot",
+    "joules_plot",
     "local_vs_cloud_plot",
     "power_traces_plot",
+    "sections_plot",
     "tokens_plot",
 ]
 
 MAX_TRACE_POINTS = 1500  # per source: more points than pixels only make the SVG heavy
+MIN_FRONTIER_POINTS = 2  # a "frontier" of one run is no frontier: it is not drawn
+PASSES_PER_KJ = 1000.0  # accuracy per joule times this: passes per kJ
 
 
-def accuracy_vs_energy_plot(runs: Sequence[RunRecord]) -> Plot:
-    """Each run's accuracy against its mean joules per task, with each group's Pareto frontier."""
-    points = [
-        r for r in runs if None not in (figure(r, "accuracy")[0], figure(r, "mean_energy_j")[0])
-    ]
-    colours = host_colours(points)
+def _whiskers(points: Sequence[Point], axis: str) -> list[list[float]] | None:
+    if axis == "x":
+        return spans([(p.energy_j, p.energy_low_j, p.energy_high_j) for p in points])
+    return spans([(p.accuracy, p.accuracy_low, p.accuracy_high) for p in points])
+
+
+def _draw_panel(axes: Axes, panel: Panel, colours: Mapping[str, str], index: int) -> None:
+    groups: dict[tuple[str, bool, bool], list[Point]] = {}
+    for point in panel.points:
+        groups.setdefault((point.hardware, point.estimated, point.cloud), []).append(point)
+    for (hardware, estimated, cloud), members in groups.items():
+        colour = colours[hardware]
+        axes.errorbar(
+            [p.energy_j for p in members],
+            [p.accuracy for p in members],
+            xerr=_whiskers(members, "x"),
+            yerr=_whiskers(members, "y"),
+            fmt="D" if cloud else "o",
+            linestyle="none",
+            color=colour,
+            markeredgecolor=colour,
+            markerfacecolor="none" if estimated else colour,
+            elinewidth=0.7,
+            capsize=2,
+        )
+    for point in panel.points:
+        axes.annotate(
+            point.label.split(" · ")[0],
+            (point.energy_j, point.accuracy),
+            textcoords="offset points",
+            xytext=(5, -10),
+            fontsize=8,
+            color="0.25",
+        )
+    frontier = pareto_frontier([(p.energy_j, p.accuracy) for p in panel.points])
+    if len(frontier) >= MIN_FRONTIER_POINTS:
+        axes.plot(
+            [panel.points[i].energy_j for i in frontier],
+            [panel.points[i].accuracy for i in frontier],
+            linestyle="--",
+            color="black",
+            linewidth=1,
+            drawstyle="steps-post",
+            gid=f"frontier-{index}",  # the SVG group's id: tests find the frontiers drawn
+        )
+    log_scale_if_wide(axes, [p.energy_j for p in panel.points], "x")
+    axes.set_title(panel.title, fontsize=10, loc="left")
+    axes.set_xlabel("mean energy per task (J), shared tasks only")
+    axes.set_ylabel("accuracy (pass@1)")
+    axes.set_ylim(-0.02, 1.02)
+    axes.grid(alpha=0.3)
+
+
+def sections_plot(panels: Sequence[Panel], colours: Mapping[str, str]) -> Plot:
+    """One panel per section of the comparability gate: accuracy against mean joules per task
+    on the section's shared tasks, and the Pareto frontier where it has two points or more."""
 
     def draw(fig: Figure) -> None:
-        axes = fig.add_subplot()
-        errorbars(
-            axes,
-            points,
-            lambda run: figure(run, "mean_energy_j"),
-            lambda run: figure(run, "accuracy"),
-            colours,
-            elinewidth=0.6,
-            alpha=0.9,
-        )
-        for (group, members), style in zip(
-            frontiers(points).items(), ("-", "--", ":", "-."), strict=False
-        ):
-            xs = known(figure(r, "mean_energy_j")[0] for r in members)
-            ys = known(figure(r, "accuracy")[0] for r in members)
-            axes.plot(
-                xs,
-                ys,
-                linestyle=style,
-                color="black",
-                linewidth=1,
-                drawstyle="steps-post",
-                label=f"Pareto frontier: {group}",
-            )
-            for run, x, y in zip(members, xs, ys, strict=True):
-                axes.annotate(
-                    model_label(run), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
-                )
-        log_scale_if_wide(axes, [figure(r, "mean_energy_j")[0] for r in points], "x")
-        axes.set_xlabel("mean energy per task (J)")
-        axes.set_ylabel("accuracy (pass@1)")
-        axes.grid(alpha=0.3)
-        legend_for_hosts(axes, colours, any(is_estimate(r) for r in points))
+        grid = np.atleast_1d(fig.subplots(len(panels), 1, squeeze=False)[:, 0])
+        for index, (axes, panel) in enumerate(zip(grid, panels, strict=True)):
+            _draw_panel(axes, panel, colours, index)
 
+    drawn = sum(
+        len(pareto_frontier([(p.energy_j, p.accuracy) for p in panel.points]))
+        >= MIN_FRONTIER_POINTS
+        for panel in panels
+    )
     return Plot(
         "accuracy-vs-energy",
-        "Accuracy versus energy per task",
-        "One point per run, one colour per host, whiskers are 95 % intervals. The staircase is "
-        "the Pareto frontier (no run uses less energy with higher accuracy), drawn separately for "
-        "each energy scope and for measured and estimated energy. Diamonds are cloud runs.",
-        draw_svg(draw, 7.5, 5.0),
+        "Accuracy versus energy per task, by comparable section",
+        "One panel per suite, energy scope and method class, each on the tasks its runs share "
+        "(n in its title). Colour is the hardware (legend above), hollow markers are estimated "
+        "energy, diamonds cloud runs. Whiskers: 95 % Wilson interval of accuracy and 95 % "
+        "bootstrap interval of energy. The dashed staircase is the Pareto frontier, drawn only "
+        f"where two runs or more make one ({drawn} of {len(panels)} panels).",
+        draw_svg(draw, 6.0, 3.4 * len(panels) + 0.3),
     )
 
 
-def accuracy_per_joule_plot(groups: Sequence[RunRecord]) -> Plot:
-    """Accuracy per joule of the newest run of each model, host and suite, with whiskers."""
-    colours = host_colours(groups)
+def accuracy_per_joule_plot(groups: Sequence[RunRecord], colours: Mapping[str, str]) -> Plot:
+    """Passes per kJ of the newest run of each configuration, with whiskers."""
 
     def draw(fig: Figure) -> None:
         axes = fig.add_subplot()
-        whisker_rows(axes, groups, "accuracy_per_joule", colours)
-        axes.set_xlabel("accuracy per joule (1/J), higher is better")
+        whisker_rows(axes, groups, "accuracy_per_joule", dict(colours), scale=PASSES_PER_KJ)
+        axes.set_xlabel("passes per kJ (accuracy per joule x 1000), higher is better")
 
     return Plot(
         "accuracy-per-joule",
-        "Accuracy per joule by model and host",
-        "The newest run of each model, host and suite; whiskers are 95 % bootstrap intervals "
-        "over tasks. Hollow markers and '(estimate)' mark energy that was estimated, not measured.",
+        "Passes per kJ by configuration",
+        "The newest run of each model, hardware and engine, each on all its own tasks (compare "
+        "runs on shared tasks in the sections above); whiskers are 95 % bootstrap intervals over "
+        "tasks. Hollow markers and '(estimate)' mark energy that was estimated, not measured.",
         draw_svg(draw, 5.0, rows_height_in(len(groups)), labels_width_in(row_labels(groups))),
     )
 
 
-def tokens_plot(groups: Sequence[RunRecord]) -> Plot:
-    """Joules per output token (with whiskers) beside the decode rate, per model and host."""
-    colours = host_colours(groups)
+def tokens_plot(groups: Sequence[RunRecord], colours: Mapping[str, str]) -> Plot:
+    """Joules per output token (with whiskers) beside the decode rate, per configuration."""
 
     def draw(fig: Figure) -> None:
         energy_axes, rate_axes = fig.subplots(1, 2, sharey=True)
-        whisker_rows(energy_axes, groups, "joules_per_output_token", colours)
+        whisker_rows(energy_axes, groups, "joules_per_output_token", dict(colours))
         energy_axes.set_xlabel("joules per output token, lower is better")
         rates = [figure(run, "decode_tokens_per_s")[0] for run in groups]
         known = [row for row, rate in enumerate(rates) if rate is not None]
         rate_axes.barh(
             known,
             [rates[row] for row in known],
-            color=[colours[host_label(groups[row])] for row in known],
+            color=[colours[hardware_label(groups[row])] for row in known],
         )
         # An unknown rate gets no bar (a bar of 0 would read as measured) and says so.
         for row, rate in enumerate(rates):
@@ -159,12 +196,12 @@ def power_traces_plot(traces: Sequence[tuple[RunRecord, Mapping[str, PowerSeries
                 axes.plot(*_downsample(times, watts), linewidth=0.8, label=source)
             estimate = " (estimate)" if is_estimate(run) else ""
             axes.set_title(
-                f"{(run.id or '')[:8]} · {model_label(run)} · {host_label(run)}{estimate}",
+                f"{(run.id or '')[:8]} · {short_label(run)}{estimate}",
                 fontsize=9,
             )
             axes.set_ylabel("W")
             axes.grid(alpha=0.3)
-            axes.legend(fontsize=7, loc="upper right")
+            axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         panels[-1].set_xlabel("seconds since the run started")
 
     return Plot(
@@ -172,43 +209,97 @@ def power_traces_plot(traces: Sequence[tuple[RunRecord, Mapping[str, PowerSeries
         "Power traces",
         f"Sampled power of {len(traces)} run(s) per energy source, averaged into at most "
         f"{MAX_TRACE_POINTS} points per source.",
-        draw_svg(draw, 9.0, 2.4 * len(traces) + 0.6),
+        draw_svg(draw, 6.5, 2.4 * len(traces) + 0.6, right_in=2.2),
     )
 
 
-def local_vs_cloud_plot(groups: Sequence[RunRecord]) -> Plot:
-    """Accuracy per joule of local runs beside cloud runs, whose energy is always an estimate."""
+def local_vs_cloud_plot(groups: Sequence[RunRecord], colours: Mapping[str, str]) -> Plot:
+    """Passes per kJ of local runs beside cloud runs, whose energy is always an estimate."""
     rows = sorted(groups, key=lambda run: (run.suite, is_cloud(run), model_label(run)))
 
     def draw(fig: Figure) -> None:
         axes = fig.add_subplot()
-        # One barh call per kind (local or cloud, measured or estimated), as with errorbars.
-        kinds: dict[tuple[bool, bool], list[int]] = {}
+        # One barh call per hardware and kind of energy, as with errorbars.
+        kinds: dict[tuple[str, bool], list[int]] = {}
         for row, run in enumerate(rows):
             if figure(run, "accuracy_per_joule")[0] is not None:
-                kinds.setdefault((is_cloud(run), is_estimate(run)), []).append(row)
-        for (cloud, estimated), members in kinds.items():
-            intervals = [figure(rows[row], "accuracy_per_joule") for row in members]
+                kinds.setdefault((hardware_label(run), is_estimate(run)), []).append(row)
+        for (hardware, estimated), members in kinds.items():
+            intervals = [
+                scaled(figure(rows[row], "accuracy_per_joule"), PASSES_PER_KJ) for row in members
+            ]
             axes.barh(
                 members,
                 known(value for value, _, _ in intervals),
                 xerr=spans(intervals),
                 capsize=3,
-                color="white" if estimated else ("C1" if cloud else "C0"),
-                edgecolor="C1" if cloud else "C0",
+                color="white" if estimated else colours[hardware],
+                edgecolor=colours[hardware],
                 hatch="///" if estimated else None,
             )
         axes.set_yticks(range(len(rows)), row_labels(rows))
         axes.set_ylim(len(rows) - 0.5, -0.5)
-        log_scale_if_wide(axes, [figure(r, "accuracy_per_joule")[0] for r in rows], "x")
-        axes.set_xlabel("accuracy per joule (1/J)")
+        values = [scaled(figure(r, "accuracy_per_joule"), PASSES_PER_KJ)[0] for r in rows]
+        log_scale_if_wide(axes, values, "x")
+        axes.set_xlabel("passes per kJ")
         axes.grid(axis="x", alpha=0.3)
 
     return Plot(
         "local-vs-cloud",
         "Local versus cloud",
-        "Blue: local runs; orange: cloud runs. Hatched bars are estimates: a cloud model's energy "
-        "is output and input tokens times published joules per token times the data centre's "
-        "PUE (the constants of each cloud run are listed below), never a measurement.",
+        "Colour is the hardware; hatched bars are estimates: a cloud model's energy is output and "
+        "input tokens times published joules per token times the data centre's PUE (the "
+        "constants of each cloud run are listed below), never a measurement.",
         draw_svg(draw, 5.0, rows_height_in(len(rows)), labels_width_in(row_labels(rows))),
+    )
+
+
+def joules_plot(splits: Sequence[Breakdown], colours: Mapping[str, str]) -> Plot:
+    """Per run, a bar of mean joules per task: the idle floor (grey) and the net draw above it
+    by domain (the hardware's colour, lighter for CPU and DRAM), estimated parts hatched."""
+    shown = [split for split in splits if split.gross_j is not None]
+    labels = [split.label for split in shown]
+    shade = {"gpu": 1.0, "cpu": 0.6, "dram": 0.35, "platform": 0.2}
+
+    def draw(fig: Figure) -> None:
+        axes = fig.add_subplot()
+        for row, split in enumerate(shown):
+            left = 0.0
+            if split.idle_floor_j is not None:
+                axes.barh(row, split.idle_floor_j, color="0.8", edgecolor="0.5")
+                left = split.idle_floor_j
+            if split.parts:
+                for part in split.parts:
+                    axes.barh(
+                        row,
+                        part.net_j,
+                        left=left,
+                        color=colours[split.hardware],
+                        alpha=shade.get(part.domain, 0.5),
+                        hatch="///" if part.estimated else None,
+                        edgecolor=colours[split.hardware],
+                    )
+                    left += part.net_j
+            elif split.gross_j is not None:  # no readings by domain: one net segment
+                axes.barh(
+                    row, split.gross_j - left, left=left, color=colours[split.hardware], alpha=0.7
+                )
+                left = split.gross_j
+            share = split.idle_share
+            note = "idle unknown" if share is None else f"{share:.0%} idle"
+            axes.text(left, row, f"  {note}", va="center", ha="left", fontsize=8, color="0.25")
+        axes.set_yticks(range(len(shown)), labels)
+        axes.set_ylim(len(shown) - 0.5, -0.5)
+        axes.set_xlim(0, max(known(s.gross_j for s in shown), default=1.0) * 1.25)
+        axes.set_xlabel("mean joules per task (each run on all its own tasks)")
+        axes.grid(axis="x", alpha=0.3)
+
+    return Plot(
+        "joules",
+        "Where the joules go",
+        "Grey: the idle floor (idle power measured before the run times task time). Coloured: "
+        "the net draw above idle by domain, GPU darkest, then CPU, DRAM; hatched parts are "
+        "estimated. A run whose bar is mostly grey spends most of its energy keeping the hardware "
+        "on, not computing.",
+        draw_svg(draw, 5.5, rows_height_in(len(shown)), labels_width_in(labels)),
     )

@@ -23,6 +23,7 @@ __all__ = [
     "format_interval",
     "format_value",
     "frontiers",
+    "hardware_label",
     "host_label",
     "is_cloud",
     "is_estimate",
@@ -32,8 +33,11 @@ __all__ = [
     "newest_per_group",
     "pareto_frontier",
     "run_row",
+    "run_tasks_text",
     "run_to_dict",
+    "scaled",
     "scope_label",
+    "short_label",
 ]
 
 # Figures with intervals that tables, CSV and JSON carry, in display order, with their headings.
@@ -117,8 +121,59 @@ def host_label(run: RunRecord) -> str:
 
 
 def model_label(run: RunRecord) -> str:
-    quantisation = f" {run.model_quantisation}" if run.model_quantisation else ""
-    return f"{run.model_name}{quantisation}"
+    """The model's name, with its quantisation unless the name already says it
+    (`gemma-3-270m-it-Q4_K_M`, not `gemma-3-270m-it-Q4_K_M Q4_K_M`)."""
+    quantisation = run.model_quantisation
+    if not quantisation or quantisation.lower() in run.model_name.lower():
+        return run.model_name
+    return f"{run.model_name} {quantisation}"
+
+
+def hardware_label(run: RunRecord) -> str:
+    """What the run computed on, without the hostname: `H200`, `2xH200`, `EPYC 7B13 (2 cores)`,
+    `cloud` (the engine names the provider). Charts give each hardware one colour; host_label
+    tells machines apart."""
+    if is_cloud(run):
+        return "cloud"
+    host = run.host
+    if host is None:
+        return "unknown hardware"
+    names = Counter(
+        gpu.split(" (GPU-")[0].removeprefix("NVIDIA ").strip()
+        for gpu in host.gpus
+        if not gpu.startswith("nvml:")
+    )
+    if names:
+        return ", ".join(
+            name if count == 1 else f"{count}x{name}" for name, count in sorted(names.items())
+        )
+    if host.gpus:
+        return f"{len(host.gpus)} GPU{'s' if len(host.gpus) > 1 else ''}"
+    cpu = re.sub(r"\((R|TM)\)|\bCPU\b|\bProcessor\b|@.*$|^(AMD|Intel)\b", "", host.cpu_model or "")
+    cores = f" ({host.cpu_physical_cores} cores)" if host.cpu_physical_cores else ""
+    return f"{' '.join(cpu.split()) or 'CPU'}{cores}"
+
+
+def short_label(run: RunRecord) -> str:
+    """`model · hardware · engine`: how every chart and headline names a run."""
+    return f"{model_label(run)} · {hardware_label(run)} · {run.engine}"
+
+
+def scaled(interval: Interval, scale: float) -> Interval:
+    """An interval in other units (accuracy per J to passes per kJ: times 1000); unknowns stay
+    None."""
+    value, low, high = interval
+    return (
+        None if value is None else value * scale,
+        None if low is None else low * scale,
+        None if high is None else high * scale,
+    )
+
+
+def run_tasks_text(run: RunRecord) -> str:
+    """The number of tasks behind the run's stored figures, `—` when it has none."""
+    tasks = (run.summary or {}).get("tasks")
+    return str(tasks) if isinstance(tasks, int) else "—"
 
 
 def figure(run: RunRecord, name: str) -> Interval:
@@ -190,12 +245,13 @@ def run_to_dict(run: RunRecord) -> dict[str, Any]:
 
 
 def newest_per_group(runs: Sequence[RunRecord]) -> list[RunRecord]:
-    """The newest run with figures of each (model, host, suite), for per-configuration plots."""
-    chosen: dict[tuple[str, str, str], RunRecord] = {}
+    """The newest run with figures of each configuration (model, host, engine, suite), for the
+    comparisons and per-configuration plots."""
+    chosen: dict[tuple[str, str, str, str], RunRecord] = {}
     for run in runs:
         if run.summary is None:
             continue
-        key = (model_label(run), host_label(run), run.suite)
+        key = (model_label(run), host_label(run), run.engine, run.suite)
         current = chosen.get(key)
         if current is None or _start_s(run) > _start_s(current):
             chosen[key] = run
@@ -220,7 +276,10 @@ def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def frontiers(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
-    """Pareto frontiers of accuracy versus mean J per task, one per energy scope and method class.
+    """Pareto frontiers of accuracy versus mean J per task over each run's own tasks, one per
+    energy scope and method class (groups of one included). The report draws gate.section_frontier
+    instead: on shared tasks, from two points or more; this stays for callers that rank stored
+    figures (tests/cli/test_energy_scope.py).
 
     Measured and estimated energy, two scopes, or a partial scope and a whole one, are never
     ranked against each other.

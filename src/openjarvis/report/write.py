@@ -24,6 +24,17 @@ from openjarvis.report.accounting import (
     accounting_cells,
     accounting_row,
 )
+from openjarvis.report.analysis import Analysis, analyse, analysis_json
+from openjarvis.report.analysis import panels as analysis_panels
+from openjarvis.report.content import (
+    Block,
+    TextTable,
+    configuration_block,
+    gate_blocks,
+    headline_block,
+    joules_block,
+    routing_blocks,
+)
 from openjarvis.report.html import render_html
 from openjarvis.report.plot import Plot
 from openjarvis.report.runs import (
@@ -32,16 +43,15 @@ from openjarvis.report.runs import (
     energy_label,
     figure,
     format_interval,
-    frontiers,
     host_label,
     is_cloud,
     is_estimate,
     is_partial,
     mark_estimate,
-    model_label,
-    newest_per_group,
     run_row,
+    run_tasks_text,
     run_to_dict,
+    short_label,
 )
 from openjarvis.store import PowerSeries, RunRecord, TaskResultRecord
 
@@ -49,7 +59,7 @@ __all__ = ["PlotWorkers", "ReportData", "ReportFiles", "write_report"]
 
 TITLE = "OpenJarvis report"
 PLOTS_MODULE = "openjarvis.report.plots"  # imports matplotlib
-MAX_PLOTS = 5
+MAX_PLOTS = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +121,9 @@ def _notes(data: ReportData) -> list[str]:
     scopes = sorted({run.energy_scope for run in data.runs})
     if len(scopes) > 1:
         notes.append(
-            f"Runs use different energy scopes ({', '.join(scopes)}): compare energy within one "
-            "scope only; each scope has its own Pareto frontier."
+            f"Runs use different energy scopes ({', '.join(scopes)}): accelerator counts only the "
+            "GPUs the engine ran on, system adds CPU packages and DRAM. Each scope is its own "
+            "section with its own frontier; a ratio across them is labelled not like for like."
         )
     return notes
 
@@ -122,19 +133,37 @@ def _notes(data: ReportData) -> list[str]:
 PlotTask = tuple[str, tuple[object, ...]]
 
 
-def plot_tasks(data: ReportData) -> list[PlotTask]:
-    runs = _plotted(data)
-    groups = newest_per_group(runs)
-    tasks: list[PlotTask] = [
-        ("accuracy_vs_energy_plot", (runs,)),
-        ("accuracy_per_joule_plot", (groups,)),
-        ("tokens_plot", (groups,)),
-    ]
+def plot_tasks(data: ReportData, analysis: Analysis) -> list[PlotTask]:
+    groups, colours = analysis.groups, analysis.colours
+    tasks: list[PlotTask] = []
+    panels = analysis_panels(analysis.sections)
+    if panels:
+        tasks.append(("sections_plot", (panels, colours)))
+    tasks.append(("joules_plot", (analysis.splits, colours)))
+    tasks.append(("accuracy_per_joule_plot", (groups, colours)))
+    tasks.append(("tokens_plot", (groups, colours)))
     if data.traces:
         tasks.append(("power_traces_plot", (data.traces,)))
     if any(is_cloud(run) for run in groups):
-        tasks.append(("local_vs_cloud_plot", (groups,)))
+        tasks.append(("local_vs_cloud_plot", (groups, colours)))
     return tasks
+
+
+def _parts(analysis: Analysis, plots: Sequence[Plot]) -> list[Block | Plot]:
+    """The page's parts in reading order: verdict, sections (with their scatter), the
+    configurations, where the joules go (with its bars), routing, then the other plots."""
+    by_name = {plot.name: plot for plot in plots}
+    gate_parts = gate_blocks(analysis.sections)
+    parts: list[Block | Plot] = [headline_block(analysis.headline), gate_parts[0]]
+    if "accuracy-vs-energy" in by_name:
+        parts.append(by_name.pop("accuracy-vs-energy"))
+    parts += gate_parts[1:]
+    parts.append(configuration_block(analysis.groups))
+    parts.append(joules_block(analysis.splits))
+    parts.append(by_name.pop("joules"))
+    parts += routing_blocks(analysis.routings)
+    parts += list(by_name.values())
+    return parts
 
 
 def _draw(task: PlotTask) -> Plot:
@@ -169,7 +198,7 @@ class PlotWorkers:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
 
-    def draw(self, tasks: Sequence[PlotTask]) -> list[Plot]:
+    def draw(self, tasks: Sequence[PlotTask]) -> list[Plot]:  # in the order of tasks
         if self.pool is None:
             return [_draw(task) for task in tasks]
         return list(self.pool.map(_draw, tasks))
@@ -184,54 +213,71 @@ def _markdown_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def _markdown(data: ReportData, plots: Sequence[Plot], accounts: Sequence[Accounting]) -> str:
+def _markdown_table(table: TextTable) -> list[str]:
+    return [
+        _markdown_row(table.headings),
+        "|" + " --- |" * len(table.headings),
+        *(_markdown_row(row) for row in table.rows),
+    ]
+
+
+def _markdown_parts(parts: Sequence[Block | Plot]) -> list[str]:
+    lines: list[str] = []
+    for part in parts:
+        if isinstance(part, Plot):
+            lines += [f"**Plot in report.html, {part.title}**: {part.caption}", ""]
+            continue
+        lines += ["#" * part.level + f" {part.title}", ""]
+        lines += [
+            x for line in part.lines for x in (f"> {line.text}" if line.limit else line.text, "")
+        ]
+        for table in part.tables:
+            lines += [*_markdown_table(table), ""]
+    return lines
+
+
+def _markdown(
+    data: ReportData, parts: Sequence[Block | Plot], accounts: Sequence[Accounting]
+) -> str:
     lines = [f"# {TITLE}", "", _meta(data), ""]
+    lines += _markdown_parts(parts[:1])
     lines += [f"- {note}" for note in _notes(data)]
-    lines += ["", "## Pareto frontiers (accuracy versus J per task)", ""]
-    for group, members in frontiers(_plotted(data)).items():
-        labels = ", ".join(
-            f"{model_label(r)} on {host_label(r)} ({(r.id or '')[:8]})" for r in members
-        )
-        lines.append(f"- {group}: {labels}")
-    lines += ["", "## Plots (in report.html)", ""]
-    lines += [f"- **{plot.title}**: {plot.caption}" for plot in plots]
-    headings = ["run", "model", "host", "suite", "state", "energy"]
+    lines += ["", *_markdown_parts(parts[1:])]
+    headings = ["run", "model · hardware · engine", "host", "suite", "state", "energy", "tasks"]
     headings += [FIGURE_COLUMNS[name] for name in FIGURE_COLUMNS]
-    lines += ["", "## Runs", "", "| " + " | ".join(headings) + " |"]
+    lines += ["## Runs", "", "Each run on all its own tasks.", "", _markdown_row(headings)]
     lines.append("|" + " --- |" * len(headings))
     for run in data.runs:
         cells = [
             (run.id or "")[:8],
-            model_label(run),
+            short_label(run),
             host_label(run),
             run.suite,
             run.state,
             energy_label(run),
+            run_tasks_text(run),
         ]
         for name in FIGURE_COLUMNS:
             text = format_interval(*figure(run, name))
             cells.append(text if name == "accuracy" else mark_estimate(text, run))
         lines.append(_markdown_row(cells))
-    headings = ["run", "model", *ACCOUNTING_HEADINGS]
+    headings = ["run", "model · hardware · engine", *ACCOUNTING_HEADINGS]
     lines += ["", "## Energy accounting", "", _markdown_row(headings)]
     lines.append("|" + " --- |" * len(headings))
     for run, figures in zip(data.runs, accounts, strict=True):
-        cells = [(run.id or "")[:8], model_label(run), *accounting_cells(run, figures)]
+        cells = [(run.id or "")[:8], short_label(run), *accounting_cells(run, figures)]
         lines.append(_markdown_row(cells))
     lines += ["", ACCOUNTING_NOTE]
     return "\n".join(lines) + "\n"
 
 
-def _json(data: ReportData, accounts: Sequence[Accounting]) -> str:
+def _json(data: ReportData, analysis: Analysis, accounts: Sequence[Accounting]) -> str:
     document = {
         "title": TITLE,
         "generated_at": data.generated_at.isoformat(),
         "database": data.database,
         "notes": _notes(data),
-        "pareto_frontiers": {
-            group: [run.id for run in members]
-            for group, members in frontiers(_plotted(data)).items()
-        },
+        **analysis_json(analysis),
         "runs": [
             {**run_to_dict(run), "energy_accounting": accounting_row(figures)}
             for run, figures in zip(data.runs, accounts, strict=True)
@@ -245,7 +291,9 @@ def write_report(data: ReportData, out_dir: Path, workers: PlotWorkers) -> Repor
     if not _plotted(data):
         raise ValueError("a report needs at least one run with figures")
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = workers.draw(plot_tasks(data))
+    analysis = analyse(_plotted(data), data.tasks)
+    plots = workers.draw(plot_tasks(data, analysis))
+    parts = _parts(analysis, plots)
     accounts = _accounts(data)
     cloud_runs = [run for run in data.runs if is_cloud(run)]
     files = ReportFiles(
@@ -255,10 +303,19 @@ def write_report(data: ReportData, out_dir: Path, workers: PlotWorkers) -> Repor
         out_dir / "report.json",
     )
     files.html.write_text(
-        render_html(TITLE, _meta(data), plots, data.runs, accounts, cloud_runs, _notes(data)),
+        render_html(
+            TITLE,
+            _meta(data),
+            parts,
+            analysis.colours,
+            data.runs,
+            accounts,
+            cloud_runs,
+            _notes(data),
+        ),
         encoding="utf-8",
     )
-    files.markdown.write_text(_markdown(data, plots, accounts), encoding="utf-8")
+    files.markdown.write_text(_markdown(data, parts, accounts), encoding="utf-8")
     rows = [
         {**run_row(run), **accounting_row(figures)}
         for run, figures in zip(data.runs, accounts, strict=True)
@@ -267,5 +324,5 @@ def write_report(data: ReportData, out_dir: Path, workers: PlotWorkers) -> Repor
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    files.json.write_text(_json(data, accounts), encoding="utf-8")
+    files.json.write_text(_json(data, analysis, accounts), encoding="utf-8")
     return files

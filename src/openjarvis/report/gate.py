@@ -1,0 +1,381 @@
+"""The comparability gate: runs are compared only within one suite, energy scope and method
+class, on the tasks all of them ran, and every figure carries its n (docs/report.md).
+
+Modelled on MLPerf Power (results compared only within one division and measured system
+boundary) and the ML.ENERGY leaderboard (one task, the configuration beside every figure).
+"""
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from openjarvis.evals.metrics import (
+    Estimate,
+    RunFigures,
+    TaskFigures,
+    compare_figures,
+    compute_figures,
+    task_figures,
+)
+from openjarvis.report.configuration import precision_label, scope_definition
+from openjarvis.report.runs import is_estimate, pareto_frontier, scope_label, short_label
+from openjarvis.report.uncertainty import (
+    banded_energy_j,
+    estimate_band,
+    small_n_warning,
+    wilson_interval,
+)
+from openjarvis.store import RunRecord, TaskResultRecord
+
+__all__ = [
+    "Entry",
+    "Headline",
+    "Section",
+    "Verdict",
+    "comparison_class",
+    "gate",
+    "headline",
+    "section_frontier",
+    "shared_tasks",
+    "verdict",
+]
+
+# A run whose tasks would cut the section's shared set below this share is left out of the
+# section (and said so) rather than shrinking every other run's comparison to its few tasks.
+KEEP_SHARED_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One run inside a section: its figures on the section's shared tasks only."""
+
+    run: RunRecord
+    all_tasks: tuple[TaskResultRecord, ...]
+    task_ids: tuple[str, ...]  # the section's shared tasks, sorted
+    figures: RunFigures
+
+    @property
+    def label(self) -> str:
+        return short_label(self.run)
+
+    def shared(self) -> dict[str, TaskFigures]:
+        wanted = set(self.task_ids)
+        return {t.task_id: task_figures(t) for t in self.all_tasks if t.task_id in wanted}
+
+    @property
+    def passed(self) -> int:
+        wanted = set(self.task_ids)
+        return sum(t.passed for t in self.all_tasks if t.task_id in wanted)
+
+    @property
+    def trials(self) -> int:
+        wanted = set(self.task_ids)
+        return sum(t.samples for t in self.all_tasks if t.task_id in wanted)
+
+    def accuracy_interval(self) -> tuple[float, float] | None:
+        """95 % Wilson interval over the samples of the shared tasks."""
+        return wilson_interval(self.passed, self.trials)
+
+    def estimated_energy_j(self) -> float | None:
+        """Mean estimated joules per shared task: the readings of an `estimate` method, or the
+        whole energy of an estimated run stored without readings; None when unknown."""
+        wanted = [t for t in self.all_tasks if t.task_id in set(self.task_ids)]
+        total = 0.0
+        for task in wanted:
+            if task.energy:
+                parts = [e.energy_j for e in task.energy if e.method == "estimate"]
+                if None in parts:
+                    return None
+                total += sum(p for p in parts if p is not None)
+            elif is_estimate(self.run):
+                if task.energy_j is None:
+                    return None
+                total += task.energy_j
+        return total / len(wanted) if wanted else None
+
+    def energy_band_j(self) -> tuple[float, float] | None:
+        """Mean J per task widened by the stated band of its estimated part (None: no part
+        estimated, or energy unknown)."""
+        return banded_energy_j(
+            self.figures.mean_energy_j.value, self.estimated_energy_j(), estimate_band(self.run)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """Runs of one suite, energy scope and method class, compared on their shared tasks."""
+
+    suite: str
+    scope: str  # scope_label without detail: `system`, `accelerator (partial)`
+    measured: bool
+    entries: tuple[Entry, ...]  # best first (see _rank)
+    task_ids: tuple[str, ...]
+    left_out: tuple[tuple[RunRecord, str], ...]  # runs of this class not compared, and why
+
+    @property
+    def title(self) -> str:
+        kind = "measured" if self.measured else "estimated"
+        return f"{self.suite} · {self.scope} scope · {kind} energy · n = {len(self.task_ids)}"
+
+    @property
+    def slug(self) -> str:
+        text = f"{self.suite}-{self.scope}-{'measured' if self.measured else 'estimated'}"
+        return "".join(c if c.isalnum() else "-" for c in text.lower())
+
+
+def comparison_class(run: RunRecord) -> tuple[str, str, bool]:
+    """(suite, scope, measured): only runs of one class share a section, an axis, a frontier."""
+    scope = scope_label(run.energy_scope, run.energy_coverage, detail=False)
+    return run.suite, scope, not is_estimate(run)
+
+
+def _rank(entry: Entry) -> tuple[float, float]:
+    """Most accuracy per joule first; where none passed anything, least energy per task."""
+    apj = entry.figures.accuracy_per_joule.value
+    energy_j = entry.figures.mean_energy_j.value
+    return (-1.0 if apj is None else apj, -(math.inf if energy_j is None else energy_j))
+
+
+def _entry(run: RunRecord, tasks: Sequence[TaskResultRecord], ids: set[str]) -> Entry:
+    shared = [t for t in tasks if t.task_id in ids]
+    return Entry(
+        run, tuple(tasks), tuple(sorted(ids)), compute_figures([task_figures(t) for t in shared])
+    )
+
+
+def shared_tasks(
+    runs: Sequence[RunRecord],
+    tasks: Mapping[str, Sequence[TaskResultRecord]],
+    prefer: Callable[[RunRecord], bool] = lambda run: False,
+) -> tuple[list[RunRecord], set[str], list[tuple[RunRecord, str]]]:
+    """The runs compared, the task ids all of them ran, and the runs left out with why.
+
+    Runs `prefer` picks come first, then those with the most tasks; a run joins only if the
+    others keep at least KEEP_SHARED_SHARE of the tasks they share (else every comparison would
+    shrink to its few).
+    """
+    left_out: list[tuple[RunRecord, str]] = []
+    kept: list[RunRecord] = []
+    ids: set[str] = set()
+    for run in sorted(runs, key=lambda r: (not prefer(r), -len(tasks.get(r.id or "", ())))):
+        own = {t.task_id for t in tasks.get(run.id or "", ())}
+        if not own:
+            left_out.append((run, "no saved tasks"))
+            continue
+        shared = own & ids if kept else own
+        if not shared:
+            left_out.append((run, "shares no task with the others"))
+            continue
+        if len(kept) >= 2 and len(shared) < KEEP_SHARED_SHARE * len(ids):
+            left_out.append((run, f"ran {len(own)} of the {len(ids)} tasks the others share"))
+            continue
+        ids = shared
+        kept.append(run)
+    return kept, ids, left_out
+
+
+def _section(
+    key: tuple[str, str, bool],
+    runs: Sequence[RunRecord],
+    tasks: Mapping[str, Sequence[TaskResultRecord]],
+) -> Section:
+    kept, ids, left_out = shared_tasks(runs, tasks)
+    entries = [_entry(run, tasks[run.id or ""], ids) for run in kept]
+    entries.sort(key=_rank, reverse=True)
+    return Section(key[0], key[1], key[2], tuple(entries), tuple(sorted(ids)), tuple(left_out))
+
+
+def gate(
+    runs: Sequence[RunRecord], tasks: Mapping[str, Sequence[TaskResultRecord]]
+) -> list[Section]:
+    """The runs' sections: measured before estimated, then the most runs and tasks first."""
+    classes: dict[tuple[str, str, bool], list[RunRecord]] = {}
+    for run in runs:
+        classes.setdefault(comparison_class(run), []).append(run)
+    sections = [_section(key, members, tasks) for key, members in classes.items()]
+    return sorted(
+        sections,
+        key=lambda s: (not s.measured, -len(s.entries), -len(s.task_ids), s.suite, s.scope),
+    )
+
+
+def section_frontier(section: Section) -> list[Entry]:
+    """The section's Pareto frontier on its shared tasks (less energy, more accuracy), only
+    where it has two points or more: one run alone is no frontier."""
+    known: list[Entry] = []
+    points: list[tuple[float, float]] = []
+    for entry in section.entries:
+        energy_j, accuracy = entry.figures.mean_energy_j.value, entry.figures.accuracy.value
+        if energy_j is not None and accuracy is not None:
+            known.append(entry)
+            points.append((energy_j, accuracy))
+    frontier = [known[i] for i in pareto_frontier(points)]
+    return frontier if len(frontier) >= 2 else []
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """`best` against `other` on the tasks both ran: one ratio, its interval, what limits it."""
+
+    best: Entry
+    other: Entry
+    tasks: int
+    figure: str  # "accuracy_per_joule" (best / other) or "mean_energy_j" (other / best)
+    ratio: Estimate
+    like_for_like: bool  # same section: same suite, scope and method class
+    limits: tuple[str, ...]
+    passed: tuple[int, int]  # samples passed on the shared tasks: best's, other's
+    samples: tuple[int, int]
+
+    @property
+    def resolved(self) -> bool:
+        """The ratio's interval excludes 1: the difference is more than sampling noise."""
+        low, high = self.ratio.low, self.ratio.high
+        return low is not None and high is not None and (low > 1 or high < 1)
+
+    def sentence(self) -> str:
+        value, low, high = self.ratio.value, self.ratio.low, self.ratio.high
+        counts = (
+            f" ({self.passed[0]}/{self.samples[0]} against {self.passed[1]}/{self.samples[1]} "
+            "passed)"
+        )
+        if self.ratio.null_reason == "one-passed-none":
+            return (
+                f"On the {self.tasks} tasks both ran, {self.best.label} passes "
+                f"{self.passed[0]}/{self.samples[0]} and {self.other.label} none: no ratio of "
+                "passes per kJ bounds that."
+            )
+        if value is None:
+            return (
+                f"{self.best.label} and {self.other.label} cannot be compared on energy "
+                f"({self.ratio.null_reason}) over the {self.tasks} tasks both ran."
+            )
+        interval = f" [{low:.2g}, {high:.2g}]" if low is not None and high is not None else ""
+        if self.figure == "accuracy_per_joule":
+            claim = (
+                f"{self.best.label} does {value:.2g}x{interval} the passes per kJ of "
+                f"{self.other.label}"
+            )
+        else:
+            claim = (
+                f"{self.other.label} uses {value:.2g}x{interval} the energy per task of "
+                f"{self.best.label}"
+            )
+        claim += f" on the {self.tasks} tasks both ran{counts}"
+        if not self.resolved:
+            claim += " (not resolved: the interval includes 1)"
+        return claim + "."
+
+
+def _inverse(estimate: Estimate) -> Estimate | None:
+    """1 / a ratio, its percentile interval inverted with it; None where it is not positive."""
+    value, low, high = estimate.value, estimate.low, estimate.high
+    if value is None or value <= 0 or low is None or high is None or low <= 0:
+        return None
+    return Estimate(1 / value, 1 / high, 1 / low)
+
+
+def _differences(best: RunRecord, other: RunRecord) -> list[str]:
+    limits = []
+    if best.engine != other.engine:
+        limits.append(f"engines differ ({best.engine} vs {other.engine})")
+    if precision_label(best) != precision_label(other):
+        limits.append(f"precision differs ({precision_label(best)} vs {precision_label(other)})")
+    return limits
+
+
+def _scope_limits(best: RunRecord, other: RunRecord) -> list[str]:
+    limits = []
+    if comparison_class(best)[1] != comparison_class(other)[1]:
+        limits.append(
+            f"energy scopes differ ({scope_definition(best)} vs {scope_definition(other)}): "
+            "not like for like"
+        )
+    for run in (best, other):
+        band = estimate_band(run)
+        if band is not None:
+            limits.append(
+                f"{short_label(run)}'s energy is an estimate (stated band x{band.low_factor:g} to "
+                f"x{band.high_factor:g}: {band.why})"
+            )
+    return limits
+
+
+def _ordered(first: Entry, second: Entry, ids: set[str]) -> tuple[Entry, Entry, str, Estimate]:
+    """(best, other, figure, ratio) of two entries on tasks `ids`, paired: passes per kJ
+    where both passed something, else energy per task."""
+    first_tasks = {t.task_id: task_figures(t) for t in first.all_tasks if t.task_id in ids}
+    second_tasks = {t.task_id: task_figures(t) for t in second.all_tasks if t.task_id in ids}
+    ratios = compare_figures(first_tasks, second_tasks).ratios  # second / first
+    passed = [sum(f.passed for f in tasks.values()) for tasks in (first_tasks, second_tasks)]
+    if passed[0] and passed[1]:
+        apj = ratios["accuracy_per_joule"]
+        if apj.value is not None and apj.value > 1:
+            return second, first, "accuracy_per_joule", apj
+        inverse = _inverse(apj)
+        return (
+            first,
+            second,
+            "accuracy_per_joule",
+            inverse or Estimate(None, null_reason="undefined"),
+        )
+    if passed[0] or passed[1]:  # one passed nothing: passes per kJ is infinitely better
+        best, other = (first, second) if passed[0] else (second, first)
+        return best, other, "accuracy_per_joule", Estimate(None, null_reason="one-passed-none")
+    energy = ratios["mean_energy_j"]
+    if energy.value is not None and energy.value < 1:
+        inverse = _inverse(energy)
+        return second, first, "mean_energy_j", inverse or Estimate(None, null_reason="undefined")
+    return first, second, "mean_energy_j", energy
+
+
+def verdict(first: Entry, second: Entry, like_for_like: bool) -> Verdict | None:
+    """The better of two entries against the other on the tasks both ran (paired bootstrap);
+    None when they share no task."""
+    ids = {t.task_id for t in first.all_tasks} & {t.task_id for t in second.all_tasks}
+    if not ids:
+        return None
+    best, other, figure, ratio = _ordered(first, second, ids)
+    limits = []
+    warning = small_n_warning(len(ids))
+    if warning:
+        limits.append(warning)
+    limits += _differences(best.run, other.run)
+    limits += _scope_limits(best.run, other.run)
+    chosen = [[t for t in entry.all_tasks if t.task_id in ids] for entry in (best, other)]
+    passed = (sum(t.passed for t in chosen[0]), sum(t.passed for t in chosen[1]))
+    samples = (sum(t.samples for t in chosen[0]), sum(t.samples for t in chosen[1]))
+    return Verdict(
+        best, other, len(ids), figure, ratio, like_for_like, tuple(limits), passed, samples
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    """What the report leads with: the best run of each section, the verdict within each
+    section that has two runs or more, and the best runs of other sections against the first
+    section's (same suite), labelled as not like for like."""
+
+    sections: tuple[Section, ...]
+    within: tuple[Verdict, ...]
+    across: tuple[Verdict, ...]
+
+
+def headline(sections: Sequence[Section]) -> Headline:
+    within = []
+    for section in sections:
+        if len(section.entries) >= 2:
+            found = verdict(section.entries[0], section.entries[1], like_for_like=True)
+            if found is not None:
+                within.append(found)
+    across = []
+    leading = [s for s in sections if s.entries]
+    if leading:
+        first = leading[0]
+        for section in leading[1:]:
+            if section.suite != first.suite:
+                continue
+            found = verdict(first.entries[0], section.entries[0], like_for_like=False)
+            if found is not None:
+                across.append(found)
+    return Headline(tuple(sections), tuple(within), tuple(across))
