@@ -231,7 +231,7 @@ class Verdict:
     def resolved(self) -> bool:
         """The ratio's interval excludes 1: the difference is more than sampling noise."""
         low, high = self.ratio.low, self.ratio.high
-        return low is not None and high is not None and (low > 1 or high < 1)
+        return (low is not None and low > 1) or (high is not None and high < 1)
 
     def sentence(self) -> str:
         value, low, high = self.ratio.value, self.ratio.low, self.ratio.high
@@ -250,7 +250,9 @@ class Verdict:
                 f"{self.best.label} and {self.other.label} cannot be compared on energy "
                 f"({self.ratio.null_reason}) over the {self.tasks} tasks both ran."
             )
-        interval = f" [{low:.2g}, {high:.2g}]" if low is not None and high is not None else ""
+        interval = ""
+        if low is not None:
+            interval = f" [{low:.2g}, {'no upper bound' if high is None else f'{high:.2g}'}]"
         if self.figure == "accuracy_per_joule":
             claim = (
                 f"{self.best.label} does {value:.2g}x{interval} the passes per kJ of "
@@ -268,11 +270,13 @@ class Verdict:
 
 
 def _inverse(estimate: Estimate) -> Estimate | None:
-    """1 / a ratio, its percentile interval inverted with it; None where it is not positive."""
+    """1 / a ratio, its percentile interval inverted with it; None where it is not positive.
+    Where resamples reach 0 (the other run passing nothing in some), the inverse has no upper
+    bound: `high` is None then."""
     value, low, high = estimate.value, estimate.low, estimate.high
-    if value is None or value <= 0 or low is None or high is None or low <= 0:
+    if value is None or value <= 0 or low is None or high is None or high <= 0:
         return None
-    return Estimate(1 / value, 1 / high, 1 / low)
+    return Estimate(1 / value, 1 / high, 1 / low if low > 0 else None)
 
 
 def _differences(best: RunRecord, other: RunRecord) -> list[str]:

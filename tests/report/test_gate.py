@@ -1,0 +1,161 @@
+"""The comparability gate on hand-made runs: shared tasks, mixed scopes and methods, a run left
+out for having too few tasks, the verdict and what limits it, Wilson intervals and the stated
+band of an estimate, all worked out by hand."""
+
+from dataclasses import replace
+
+import pytest
+
+from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
+from openjarvis.report.gate import gate, headline, section_frontier
+from openjarvis.report.uncertainty import small_n_warning, wilson_interval
+from openjarvis.store import RunRecord, TaskResultRecord
+from tests.report.test_routing import make_task
+from tests.synthetic import make_host
+
+__all__: list[str] = []
+
+H200 = make_host("box", gpus=("NVIDIA H200 (GPU-aaaa)",))
+LAPTOP = make_host("laptop")
+PARTIAL = {"in_scope": ["nvml:GPU-aaaa"], "missing": {"nvml:GPU-bbbb": "permission"}}
+
+
+def run(
+    run_id: str,
+    model: str,
+    engine: str = "torch",
+    scope: str = "accelerator",
+    method: str = "counter",
+    **fields: object,
+) -> RunRecord:
+    made = RunRecord(
+        model_name=model,
+        model_path=None,
+        model_sha256=None,
+        engine=engine,
+        engine_settings={"dtype": "bfloat16"} if engine == "torch" else {},
+        suite="humaneval",
+        options={},
+        energy_scope=scope,
+        energy_method=method,
+        sandbox_isolation="bubblewrap",
+        tool_version="0.1.0",
+        state="complete",
+        id=run_id,
+        host=H200,
+    )
+    return replace(made, **fields)
+
+
+def tasks(count: int, passing: int, energy_j: float) -> list[TaskResultRecord]:
+    """Tasks t0..t(count-1), the first `passing` of them passed, each drawing `energy_j`."""
+    return [make_task(i, i < passing, energy_j) for i in range(count)]
+
+
+RUNS = [
+    run("a", "big"),  # t0..t9, t0..t4 pass, 100 J
+    run("b", "small", engine="llamacpp", model_quantisation="Q4_K_M"),  # t0..t4, t0 t1, 50 J
+    run("c", "small", engine="llamacpp", scope="system", method="estimate", host=LAPTOP),
+    run("d", "tiny"),  # t0, t1 only: would cut the section's 5 shared tasks to 2
+    run("e", "big", energy_coverage=PARTIAL),  # a partial scope: its own section
+]
+TASKS = {
+    "a": tasks(10, 5, 100.0),
+    "b": tasks(5, 2, 50.0),
+    "c": tasks(10, 0, 30.0),
+    "d": tasks(2, 2, 10.0),
+    "e": tasks(10, 5, 90.0),
+}
+
+
+def test_sections_keep_scopes_and_methods_apart_on_shared_tasks() -> None:
+    sections = gate(RUNS, TASKS)
+    assert [section.title for section in sections] == [
+        "humaneval · accelerator scope · measured energy · n = 5",
+        "humaneval · accelerator (partial) scope · measured energy · n = 10",
+        "humaneval · system scope · estimated energy · n = 10",
+    ]
+    measured = sections[0]
+    # On t0..t4: a passes 5/5 at 100 J (10 passes per kJ), b 2/5 at 50 J (8): a leads.
+    assert [entry.run.id for entry in measured.entries] == ["a", "b"]
+    a, b = measured.entries
+    assert (a.passed, a.trials, b.passed, b.trials) == (5, 5, 2, 5)
+    assert a.figures.tasks == b.figures.tasks == 5
+    assert a.figures.accuracy_per_joule.value == pytest.approx(5 / 5 / 100)
+    assert b.figures.accuracy_per_joule.value == pytest.approx(2 / 5 / 50)
+    # d would cut the 5 shared tasks to 2, under half: left out, and said so.
+    assert [(r.id, why) for r, why in measured.left_out] == [
+        ("d", "ran 2 of the 5 tasks the others share")
+    ]
+    # a dominates b? No: b uses less energy, a is more accurate: both are on the frontier.
+    assert [entry.run.id for entry in section_frontier(measured)] == ["b", "a"]
+    # One run alone makes no frontier.
+    assert section_frontier(sections[1]) == [] and section_frontier(sections[2]) == []
+
+
+def test_two_runs_alone_share_whatever_tasks_they_have() -> None:
+    """With only two runs the rule that keeps a section from shrinking does not apply: they are
+    compared on the tasks both ran, however few."""
+    (section,) = gate([RUNS[0], RUNS[3]], TASKS)
+    assert section.task_ids == ("t0", "t1") and not section.left_out
+
+
+def test_the_verdict_names_its_ratio_counts_and_limits() -> None:
+    head = headline(gate(RUNS, TASKS))
+    (within,) = head.within
+    assert within.like_for_like and within.figure == "accuracy_per_joule"
+    # 10 / 8 passes per kJ; every task of a run draws the same energy, so the paired bootstrap
+    # only resamples b's passes: the interval is wide and holds 1.
+    assert within.ratio.value == pytest.approx(1.25)
+    assert (within.passed, within.samples) == ((5, 2), (5, 5))
+    sentence = within.sentence()
+    # Some resamples of b pass nothing, where a / b has no bound: the interval says so.
+    assert sentence.startswith("big · H200 · torch does 1.2x [0.62, no upper bound]")
+    assert not within.resolved and "(not resolved: the interval includes 1)" in sentence
+    assert "the passes per kJ of small Q4_K_M · H200 · llamacpp on the 5 tasks both ran" in sentence
+    assert "(5/5 against 2/5 passed)" in sentence
+    assert within.limits[:3] == (
+        small_n_warning(5),
+        "engines differ (torch vs llamacpp)",
+        "precision differs (bfloat16 vs Q4_K_M)",
+    )
+    # The other sections' leaders against a, labelled not like for like.
+    partial, estimated = head.across
+    assert not partial.like_for_like and not estimated.like_for_like
+    # e: 5/10 at 90 J against a's 5/10 at 100 J on the same ten tasks: e leads, 100/90.
+    assert partial.best.run.id == "e" and partial.ratio.value == pytest.approx(100 / 90)
+    assert any("energy scopes differ" in limit for limit in partial.limits)
+    # c passes nothing: no ratio of passes per kJ, said in words.
+    assert estimated.best.run.id == "a" and estimated.ratio.value is None
+    assert "passes 5/10 and small · EPYC 7B13 (2 cores) · llamacpp none" in estimated.sentence()
+    assert any("estimate (stated band x0.5 to x1.5" in limit for limit in estimated.limits)
+    block = headline_block(head)
+    assert block.id == "headline" and block.lines[0].text == sentence
+    assert block.lines[1].limit and block.lines[1].text.startswith("What limits this: small n")
+
+
+def test_wilson_intervals_and_the_estimate_band_by_hand() -> None:
+    z = 1.959964
+    # 0 of n: the interval is [0, (z²/n) / (1 + z²/n)]; 0 of 10 -> [0, 0.2775], never [0, 0].
+    assert wilson_interval(0, 10) == (0.0, pytest.approx((z * z / 10) / (1 + z * z / 10)))
+    assert wilson_interval(0, 5)[1] == pytest.approx(0.4345, abs=1e-4)
+    # 5 of 10: centre 0.5, half-width z * sqrt(0.025 + z²/400) / (1 + z²/10).
+    half = z * (0.25 / 10 + z * z / 400) ** 0.5 / (1 + z * z / 10)
+    assert wilson_interval(5, 10) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    for n in range(1, 300):  # the interval always holds the rate, 1 of 1 included
+        assert wilson_interval(n, n)[1] == 1.0 and wilson_interval(0, n)[0] == 0.0
+    assert wilson_interval(0, 0) is None
+    estimated = gate(RUNS, TASKS)[2].entries[0]
+    assert accuracy_text(estimated) == "0/10 = 0% [0%, 28%]"
+    # All of c's 30 J per task is estimated (no readings): the CPU band x0.5 to x1.5.
+    assert estimated.energy_band_j() == (pytest.approx(15.0), pytest.approx(45.0))
+    rows = {block.id: block for block in gate_blocks(gate(RUNS, TASKS))}
+    (table,) = rows["section-humaneval-system-estimated"].tables
+    assert table.rows[0][-2:] == ("30 [30, 30] est. (band 15 to 45)", "0 (none passed)")
+
+
+def test_small_n_is_said_below_thirty_tasks() -> None:
+    assert small_n_warning(30) is None
+    assert small_n_warning(5) == (
+        "small n, 5 tasks (2 of 5 passing spans 12% to 77% at 95 %); read differences as tentative"
+    )
