@@ -2,8 +2,7 @@
 precision, quantisation, concurrency, tasks, samples, driver, energy scope and the machine.
 """
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from openjarvis.report.runs import (
     coverage_missing,
@@ -55,9 +54,7 @@ def precision_label(run: RunRecord) -> str:
 
 def concurrency_text(run: RunRecord) -> str:
     """Requests in flight at once, only as the run recorded it (`—` for runs that did not)."""
-    value = getattr(run, "concurrency", None)
-    if value is None:
-        value = run.options.get("concurrency")
+    value = getattr(run, "concurrency", None)  # runs gain the field with `--concurrency`
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else "—"
 
 
@@ -81,26 +78,18 @@ def _count(value: object) -> str:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else "—"
 
 
-@dataclass(frozen=True, slots=True)
-class _Counts:
-    tasks: str
-    samples: str
-
-
-def _counts(run: RunRecord, saved_tasks: Mapping[str, int]) -> _Counts:
+def _counts(run: RunRecord) -> tuple[str, str]:
+    """Tasks and samples behind the run's figures."""
     summary = run.summary or {}
-    tasks = saved_tasks.get(run.id or "", summary.get("tasks"))
-    return _Counts(_count(tasks), _count(summary.get("samples", run.options.get("samples"))))
+    return _count(summary.get("tasks")), _count(summary.get("samples", run.options.get("samples")))
 
 
-def configuration_cells(
-    runs: Sequence[RunRecord], saved_tasks: Mapping[str, int] | None = None
-) -> list[list[str]]:
+def configuration_cells(runs: Sequence[RunRecord]) -> list[list[str]]:
     """One row of cells per run under CONFIGURATION_HEADINGS; `—` for what the run did not
-    record. `saved_tasks` overrides the task count of the summary (runs still in progress)."""
+    record."""
     rows = []
     for run in runs:
-        counts = _counts(run, saved_tasks or {})
+        tasks, samples = _counts(run)
         host = run.host
         rows.append(
             [
@@ -112,8 +101,8 @@ def configuration_cells(
                 precision_label(run),
                 run.model_quantisation or "—",
                 concurrency_text(run),
-                counts.tasks,
-                counts.samples,
+                tasks,
+                samples,
                 host.gpu_driver if host is not None and host.gpu_driver else "—",
                 scope_definition(run),
             ]

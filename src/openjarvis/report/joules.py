@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from openjarvis.report.accounting import Accounting
-from openjarvis.report.runs import coverage_names, figure
+from openjarvis.report.runs import coverage_names, figure, is_cloud, is_estimate
 from openjarvis.store import RunRecord, TaskResultRecord
 
 __all__ = ["DOMAIN_ORDER", "Breakdown", "DomainPart", "breakdown", "breakdown_sentence"]
 
-DOMAIN_ORDER = ("gpu", "cpu", "dram", "platform")
+DOMAIN_ORDER = ("gpu", "cpu", "dram", "platform", "cloud")
 # Above this share of the gross energy the report says the run mostly paid for idle power.
 MOSTLY_IDLE_SHARE = 0.5
 
@@ -45,6 +45,8 @@ class Breakdown:
     low_resolution_share: float | None  # of tasks
     negative_net_tasks: int | None  # tasks whose net energy came out below 0
     out_of_scope: tuple[str, ...]  # sources read or traced but not in the run's total
+    estimated: bool  # the run's energy method is `estimate` (some or all of it)
+    cloud: bool  # a remote API: no idle floor applies, its energy is a per-token estimate
 
     @property
     def idle_share(self) -> float | None:
@@ -132,12 +134,19 @@ def breakdown(
             sum(t.net_energy_j is not None and t.net_energy_j < 0 for t in tasks) if tasks else None
         ),
         out_of_scope=_out_of_scope(run, tasks),
+        estimated=is_estimate(run),
+        cloud=is_cloud(run),
     )
 
 
 def breakdown_sentence(split: Breakdown) -> str:
     """The one line a reader needs first: how much of each task's energy is the idle floor."""
     share = split.idle_share
+    if split.cloud and split.gross_j is not None:
+        return (
+            f"{split.label}: an estimate of {split.gross_j:.3g} J per task from tokens; no idle "
+            "floor applies (nobody here reads the provider's machines)."
+        )
     if share is None or split.gross_j is None:
         return f"{split.label}: the idle floor is unknown (no net energy recorded)."
     power = ""

@@ -282,11 +282,19 @@ def joules_plot(splits: Sequence[Breakdown], colours: Mapping[str, str]) -> Plot
                     left += part.net_j
             elif split.gross_j is not None:  # no readings by domain: one net segment
                 axes.barh(
-                    row, split.gross_j - left, left=left, color=colours[split.hardware], alpha=0.7
+                    row,
+                    split.gross_j - left,
+                    left=left,
+                    color=colours[split.hardware],
+                    alpha=0.7,
+                    hatch="///" if split.estimated else None,
+                    edgecolor=colours[split.hardware],
                 )
                 left = split.gross_j
             share = split.idle_share
             note = "idle unknown" if share is None else f"{share:.0%} idle"
+            if split.cloud:
+                note = "estimate, no idle floor"
             axes.text(left, row, f"  {note}", va="center", ha="left", fontsize=8, color="0.25")
         axes.set_yticks(range(len(shown)), labels)
         axes.set_ylim(len(shown) - 0.5, -0.5)

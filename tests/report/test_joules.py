@@ -1,0 +1,114 @@
+"""Where the joules go and the configuration table, on a hand-made GPU run at batch 1 that is
+mostly idle, a cloud estimate and a run from before the meter kept readings."""
+
+from dataclasses import replace
+
+import pytest
+
+from openjarvis.report.accounting import accounting
+from openjarvis.report.configuration import (
+    CONFIGURATION_HEADINGS,
+    concurrency_text,
+    configuration_cells,
+)
+from openjarvis.report.content import joules_block
+from openjarvis.report.joules import DomainPart, breakdown, breakdown_sentence
+from openjarvis.store import EnergyRecord, TaskResultRecord
+from tests.report.test_gate import H200, run
+from tests.report.test_routing import make_task
+
+__all__: list[str] = []
+
+IN_SCOPE = ["nvml:GPU-aaaa", "rapl:package-0"]
+
+
+def reading(source: str, domain: str, energy_j: float, net_j: float | None, method: str):
+    return EnergyRecord(source, domain, method, energy_j, net_j, None, None, False)
+
+
+def gpu_task(index: int, gpu: tuple[float, float], cpu: tuple[float, float]) -> TaskResultRecord:
+    """One task of 1 s: the GPU counter and an estimated CPU package in scope, and the CPU
+    estimate traced beside them out of scope (18 J, in no total)."""
+    readings = (
+        reading("nvml:GPU-aaaa", "gpu", *gpu, "counter"),
+        reading("rapl:package-0", "cpu", *cpu, "estimate"),
+        reading("estimate:cpu", "cpu", 18.0, None, "estimate"),
+    )
+    base = make_task(index, False, gpu[0] + cpu[0])
+    return replace(base, net_energy_j=gpu[1] + cpu[1], energy=readings)
+
+
+# gross (net) per task: GPU 120 (20), 110 (10), 95 (-5); CPU 15 (5), 12 (2), 10 (0)
+TASKS = [
+    gpu_task(0, (120.0, 20.0), (15.0, 5.0)),
+    gpu_task(1, (110.0, 10.0), (12.0, 2.0)),
+    gpu_task(2, (95.0, -5.0), (10.0, 0.0)),
+]
+GPU_RUN = run(
+    "g",
+    "gemma",
+    energy_coverage={"in_scope": IN_SCOPE, "out_of_scope": [], "missing": {}},
+    idle_power_w={"nvml:GPU-aaaa": 100.0, "rapl:package-0": 10.0, "estimate:cpu": 18.0},
+    summary={"memory_bandwidth_utilisation": 0.029, "mean_power_w": {"value": 120.7}},
+)
+
+
+def test_a_mostly_idle_gpu_run_by_hand() -> None:
+    split = breakdown(GPU_RUN, TASKS, accounting(GPU_RUN, TASKS), "gemma · H200 · torch", "H200")
+    # gross (135 + 122 + 105) / 3; net (25 + 12 - 5) / 3; the idle floor is their difference.
+    assert split.gross_j == pytest.approx(362 / 3)
+    assert split.idle_floor_j == pytest.approx(362 / 3 - 32 / 3)
+    assert split.idle_share == pytest.approx(330 / 362)
+    assert split.idle_power_w == pytest.approx(110.0)  # in scope only: not the 18 W estimate
+    assert split.parts == (
+        DomainPart("gpu", pytest.approx(25 / 3), False),
+        DomainPart("cpu", pytest.approx(7 / 3), True),
+    )
+    assert split.negative_net_tasks == 1
+    assert split.out_of_scope == ("estimate:cpu",)
+    assert split.memory_bandwidth_use == pytest.approx(0.029)
+    assert breakdown_sentence(split) == (
+        "gemma · H200 · torch: 91% of 121 J per task is the idle floor (110 W idle against "
+        "121 W mean): the hardware is mostly idle at this load; decode used 2.9% of memory "
+        "bandwidth."
+    )
+    block = joules_block([split])
+    (table,) = block.tables
+    row = dict(zip(table.headings, table.rows[0], strict=True))
+    assert row["net J by domain"] == "gpu 8.33, cpu 2.33 est."
+    assert row["net < 0 tasks"] == "1" and row["prefill J"] == "—"
+    limits = [line.text for line in block.lines if line.limit]
+    assert limits[0].startswith("gemma · H200 · torch: 1 task(s) drew less than the idle")
+    assert limits[1].startswith("gemma · H200 · torch: estimate:cpu read but outside")
+
+
+def test_a_cloud_estimate_has_no_idle_floor_and_unknowns_stay_unknown() -> None:
+    cloud = run("c", "gpt-4o", engine="openai", method="estimate", host=None)
+    tasks = [replace(make_task(0, True, 900.0), net_energy_j=None)]
+    split = breakdown(cloud, tasks, accounting(cloud, tasks), "gpt-4o · cloud · openai", "cloud")
+    assert split.idle_floor_j is None and split.idle_share is None
+    assert split.idle_power_w is None and split.memory_bandwidth_use is None
+    assert breakdown_sentence(split).startswith("gpt-4o · cloud · openai: an estimate of 900 J")
+    (table,) = joules_block([split]).tables
+    row = dict(zip(table.headings, table.rows[0], strict=True))
+    assert row["idle floor J"] == row["idle share"] == row["idle W"] == "—"
+
+
+def test_the_configuration_table_shows_what_each_run_recorded() -> None:
+    measured = replace(GPU_RUN, summary={"tasks": 164, "samples": 1})
+    llama = run("q", "qwen", engine="llamacpp", model_quantisation="Q4_K_M", host=None)
+    rows = [
+        dict(zip(CONFIGURATION_HEADINGS, r, strict=True))
+        for r in configuration_cells([measured, llama])
+    ]
+    assert rows[0]["precision"] == "bfloat16" and rows[0]["quantisation"] == "—"
+    assert rows[0]["hardware"] == "H200" and rows[0]["host"] == "box · 1 x NVIDIA H200"
+    assert rows[0]["driver"] == H200.gpu_driver and rows[0]["tasks"] == "164"
+    assert rows[0]["energy scope"] == (
+        "accelerator: the GPUs the engine ran on (nvml:GPU-aaaa, rapl:package-0), counter energy"
+    )
+    assert rows[1]["precision"] == rows[1]["quantisation"] == "Q4_K_M"
+    assert rows[1]["tasks"] == rows[1]["driver"] == "—"
+    # Concurrency only as the run recorded it: runs gain the field with --concurrency.
+    recorded = getattr(llama, "concurrency", None)
+    assert concurrency_text(llama) == ("—" if recorded is None else str(recorded))
