@@ -32,6 +32,7 @@ __all__ = [
     "row_labels",
     "rows_height_in",
     "spans",
+    "two_lines",
     "whisker_rows",
 ]
 
@@ -78,8 +79,15 @@ def draw_svg(
 
 
 def labels_width_in(labels: Sequence[str]) -> float:
-    """Room for y tick labels: about 0.6 em a character at the report's 10 pt."""
-    return 0.3 + max((len(label) for label in labels), default=0) * 10 * 0.6 / 72
+    """Room for y tick labels: about 0.6 em a character of the longest line at 10 pt."""
+    lines = [line for label in labels for line in label.splitlines()]
+    return 0.3 + max((len(line) for line in lines), default=0) * 10 * 0.6 / 72
+
+
+def two_lines(label: str) -> str:
+    """`model · hardware · engine` as `model` over `hardware · engine`: row labels half as wide,
+    so the bars keep their room on a narrow screen."""
+    return label.replace(" · ", "\n", 1)
 
 
 def known(values: Iterable[float | None]) -> list[float]:
@@ -153,7 +161,7 @@ def row_labels(runs: Sequence[RunRecord]) -> list[str]:
     """`model · hardware · engine`, and the suite where the rows are of more than one."""
     suites = len({run.suite for run in runs}) > 1
     return [
-        short_label(run)
+        two_lines(short_label(run))
         + (f" · {run.suite}" if suites else "")
         + (" (estimate)" if is_estimate(run) else "")
         for run in runs
@@ -186,4 +194,5 @@ def whisker_rows(
 
 
 def rows_height_in(rows: int) -> float:
-    return max(2.0, 0.28 * rows + 1.2)
+    """Two-line labels: about 0.45 in a row."""
+    return max(2.0, 0.45 * rows + 1.2)

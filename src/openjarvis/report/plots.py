@@ -17,6 +17,7 @@ from openjarvis.report.drawing import (
     row_labels,
     rows_height_in,
     spans,
+    two_lines,
     whisker_rows,
 )
 from openjarvis.report.joules import Breakdown
@@ -258,7 +259,7 @@ def joules_plot(splits: Sequence[Breakdown], colours: Mapping[str, str]) -> Plot
     """Per run, a bar of mean joules per task: the idle floor (grey) and the net draw above it
     by domain (the hardware's colour, lighter for CPU and DRAM), estimated parts hatched."""
     shown = [split for split in splits if split.gross_j is not None]
-    labels = [split.label for split in shown]
+    labels = [two_lines(split.label) for split in shown]
     shade = {"gpu": 1.0, "cpu": 0.6, "dram": 0.35, "platform": 0.2}
 
     def draw(fig: Figure) -> None:
@@ -304,7 +305,7 @@ def joules_plot(splits: Sequence[Breakdown], colours: Mapping[str, str]) -> Plot
 
     return Plot(
         "joules",
-        "Where the joules go",
+        "Idle floor and net draw per task",
         "Grey: the idle floor (idle power measured before the run times task time). Coloured: "
         "the net draw above idle by domain, GPU darkest, then CPU, DRAM; hatched parts are "
         "estimated. A run whose bar is mostly grey spends most of its energy keeping the hardware "
