@@ -1,11 +1,12 @@
-"""Where the joules go and the configuration table, on a hand-made GPU run at batch 1 that is
-mostly idle, a cloud estimate and a run from before the meter kept readings."""
+"""Where the joules go, the configuration table and passes per kJ against concurrency, on a
+hand-made GPU run at batch 1 that is mostly idle and a cloud estimate."""
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
 from openjarvis.report.accounting import accounting
+from openjarvis.report.analysis import concurrency_series
 from openjarvis.report.configuration import (
     CONFIGURATION_HEADINGS,
     concurrency_text,
@@ -13,7 +14,9 @@ from openjarvis.report.configuration import (
 )
 from openjarvis.report.content import joules_block
 from openjarvis.report.joules import DomainPart, breakdown, breakdown_sentence
-from openjarvis.store import EnergyRecord, TaskResultRecord
+from openjarvis.report.plots import concurrency_plot
+from openjarvis.report.runs import short_label
+from openjarvis.store import EnergyRecord, RunRecord, TaskResultRecord
 from tests.report.test_gate import H200, run
 from tests.report.test_routing import make_task
 
@@ -112,3 +115,24 @@ def test_the_configuration_table_shows_what_each_run_recorded() -> None:
     # Concurrency only as the run recorded it: runs gain the field with --concurrency.
     recorded = getattr(llama, "concurrency", None)
     assert concurrency_text(llama) == ("—" if recorded is None else str(recorded))
+
+
+@pytest.mark.skipif(
+    "concurrency" not in {f.name for f in fields(RunRecord)},
+    reason="runs record their concurrency once `ipw measure --concurrency` lands in the store",
+)
+def test_passes_per_kj_against_concurrency_only_where_a_configuration_has_two() -> None:
+    def at(run_id: str, model: str, concurrency: int, apj: float) -> RunRecord:
+        summary = {"accuracy_per_joule": {"value": apj, "low": apj * 0.9, "high": apj * 1.1}}
+        return replace(run(run_id, model, summary=summary), concurrency=concurrency)
+
+    groups = [at("a1", "gemma", 1, 0.002), at("a8", "gemma", 8, 0.009), at("q1", "qwen", 1, 0.01)]
+    series = concurrency_series(groups)
+    # qwen was measured at one concurrency only: no line for it.
+    assert {key: [r.id for r in runs] for key, runs in series.items()} == {
+        "gemma · H200 · torch · humaneval": ["a1", "a8"]
+    }
+    assert short_label(groups[1]) == "gemma · H200 · torch · 8 at once"
+    assert short_label(groups[0]) == "gemma · H200 · torch"
+    svg = concurrency_plot(series, {"H200": "#1f77b4"}).svg
+    assert "requests in flight" in svg and "gemma" in svg

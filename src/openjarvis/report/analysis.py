@@ -20,15 +20,18 @@ from openjarvis.report.joules import Breakdown, breakdown
 from openjarvis.report.plot import Panel, Point, hardware_colours
 from openjarvis.report.routing import Routing, routing, routing_json
 from openjarvis.report.runs import (
+    concurrency_of,
+    figure,
     hardware_label,
     is_cloud,
     is_estimate,
+    model_label,
     newest_per_group,
     short_label,
 )
 from openjarvis.store import RunRecord, TaskResultRecord
 
-__all__ = ["Analysis", "analyse", "analysis_json", "panels"]
+__all__ = ["Analysis", "analyse", "analysis_json", "concurrency_series", "panels"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,7 @@ class Analysis:
     splits: list[Breakdown]
     routings: list[tuple[str, Routing]]
     colours: dict[str, str]  # hardware label -> colour, the same in every chart
+    concurrency_series: dict[str, list[RunRecord]]  # configurations at two concurrencies or more
 
 
 def analyse(runs: Sequence[RunRecord], tasks: Mapping[str, Sequence[TaskResultRecord]]) -> Analysis:
@@ -60,7 +64,30 @@ def analyse(runs: Sequence[RunRecord], tasks: Mapping[str, Sequence[TaskResultRe
         if found is not None:
             routings.append((suite, found))
     colours = hardware_colours(hardware_label(run) for run in runs)
-    return Analysis(groups, sections, headline(sections), splits, routings, colours)
+    return Analysis(
+        groups,
+        sections,
+        headline(sections),
+        splits,
+        routings,
+        colours,
+        concurrency_series(groups),
+    )
+
+
+def concurrency_series(groups: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    """Runs of one model, hardware, engine and suite at two or more concurrencies, by label,
+    in order of concurrency; configurations measured at one concurrency only are left out."""
+    series: dict[str, list[RunRecord]] = {}
+    for run in groups:
+        if concurrency_of(run) is not None and figure(run, "accuracy_per_joule")[0] is not None:
+            key = f"{model_label(run)} · {hardware_label(run)} · {run.engine} · {run.suite}"
+            series.setdefault(key, []).append(run)
+    return {
+        key: sorted(runs, key=lambda run: concurrency_of(run) or 0)
+        for key, runs in series.items()
+        if len({concurrency_of(run) for run in runs}) >= 2
+    }
 
 
 def panels(sections: Sequence[Section]) -> list[Panel]:

@@ -5,6 +5,7 @@ precision, quantisation, concurrency, tasks, samples, driver, energy scope and t
 from collections.abc import Sequence
 
 from openjarvis.report.runs import (
+    concurrency_of,
     coverage_missing,
     coverage_names,
     hardware_label,
@@ -54,8 +55,8 @@ def precision_label(run: RunRecord) -> str:
 
 def concurrency_text(run: RunRecord) -> str:
     """Requests in flight at once, only as the run recorded it (`—` for runs that did not)."""
-    value = getattr(run, "concurrency", None)  # runs gain the field with `--concurrency`
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "—"
+    value = concurrency_of(run)
+    return "—" if value is None else str(value)
 
 
 def scope_definition(run: RunRecord) -> str:

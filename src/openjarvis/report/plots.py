@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from openjarvis.report.drawing import (
     draw_svg,
@@ -23,6 +24,7 @@ from openjarvis.report.drawing import (
 from openjarvis.report.joules import Breakdown
 from openjarvis.report.plot import Panel, Plot, Point
 from openjarvis.report.runs import (
+    concurrency_of,
     figure,
     hardware_label,
     is_cloud,
@@ -36,6 +38,7 @@ from openjarvis.store import PowerSeries, RunRecord
 
 __all__ = [
     "accuracy_per_joule_plot",
+    "concurrency_plot",
     "joules_plot",
     "local_vs_cloud_plot",
     "power_traces_plot",
@@ -311,4 +314,49 @@ def joules_plot(splits: Sequence[Breakdown], colours: Mapping[str, str]) -> Plot
         "estimated. A run whose bar is mostly grey spends most of its energy keeping the hardware "
         "on, not computing.",
         draw_svg(draw, 5.5, rows_height_in(len(shown)), labels_width_in(labels)),
+    )
+
+
+def concurrency_plot(series: Mapping[str, Sequence[RunRecord]], colours: Mapping[str, str]) -> Plot:
+    """Passes per kJ against requests in flight, one line per configuration measured at two
+    concurrencies or more (analysis.concurrency_series): where batching pays for the idle
+    floor."""
+
+    def draw(fig: Figure) -> None:
+        axes = fig.add_subplot()
+        for label, runs in series.items():
+            intervals = [scaled(figure(run, "accuracy_per_joule"), PASSES_PER_KJ) for run in runs]
+            colour = colours[hardware_label(runs[0])]
+            # Every run of a series recorded its concurrency (analysis.concurrency_series).
+            xs = known(None if (c := concurrency_of(run)) is None else float(c) for run in runs)
+            axes.errorbar(
+                xs,
+                known(value for value, _, _ in intervals),
+                yerr=spans(intervals),
+                marker="o",
+                color=colour,
+                markerfacecolor="none" if is_estimate(runs[0]) else colour,
+                capsize=3,
+            )
+            axes.annotate(
+                label.split(" · ")[0],
+                (xs[-1], known([intervals[-1][0]])[0]),
+                textcoords="offset points",
+                xytext=(5, 0),
+                fontsize=8,
+                color="0.25",
+            )
+        axes.set_xscale("log", base=2)
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axes.set_xlabel("requests in flight (concurrency)")
+        axes.set_ylabel("passes per kJ")
+        axes.grid(alpha=0.3)
+
+    return Plot(
+        "concurrency",
+        "Passes per kJ against concurrency",
+        "One line per model, hardware and engine measured at two concurrencies or more, each "
+        "point a run on all its own tasks with its 95 % bootstrap interval. A line that rises "
+        "means batching spreads the idle floor over more work.",
+        draw_svg(draw, 6.0, 3.6),
     )

@@ -16,6 +16,7 @@ from openjarvis.store import RunRecord
 __all__ = [
     "FIGURE_COLUMNS",
     "Interval",
+    "concurrency_of",
     "coverage_missing",
     "coverage_names",
     "energy_label",
@@ -154,9 +155,18 @@ def hardware_label(run: RunRecord) -> str:
     return f"{' '.join(cpu.split()) or 'CPU'}{cores}"
 
 
+def concurrency_of(run: RunRecord) -> int | None:
+    """Requests in flight at once, as the run recorded it; None for runs that did not."""
+    value = getattr(run, "concurrency", None)  # runs gain the field with `--concurrency`
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def short_label(run: RunRecord) -> str:
-    """`model · hardware · engine`: how every chart and headline names a run."""
-    return f"{model_label(run)} · {hardware_label(run)} · {run.engine}"
+    """`model · hardware · engine` (and `· 8 at once` where requests ran concurrently): how
+    every chart and headline names a run."""
+    concurrency = concurrency_of(run)
+    at_once = f" · {concurrency} at once" if concurrency is not None and concurrency > 1 else ""
+    return f"{model_label(run)} · {hardware_label(run)} · {run.engine}{at_once}"
 
 
 def scaled(interval: Interval, scale: float) -> Interval:
@@ -245,13 +255,13 @@ def run_to_dict(run: RunRecord) -> dict[str, Any]:
 
 
 def newest_per_group(runs: Sequence[RunRecord]) -> list[RunRecord]:
-    """The newest run with figures of each configuration (model, host, engine, suite), for the
-    comparisons and per-configuration plots."""
-    chosen: dict[tuple[str, str, str, str], RunRecord] = {}
+    """The newest run with figures of each configuration (model, host, engine, concurrency,
+    suite), for the comparisons and per-configuration plots."""
+    chosen: dict[tuple[str, str, str, int | None, str], RunRecord] = {}
     for run in runs:
         if run.summary is None:
             continue
-        key = (model_label(run), host_label(run), run.engine, run.suite)
+        key = (model_label(run), host_label(run), run.engine, concurrency_of(run), run.suite)
         current = chosen.get(key)
         if current is None or _start_s(run) > _start_s(current):
             chosen[key] = run

@@ -140,6 +140,8 @@ def plot_tasks(data: ReportData, analysis: Analysis) -> list[PlotTask]:
     if panels:
         tasks.append(("sections_plot", (panels, colours)))
     tasks.append(("joules_plot", (analysis.splits, colours)))
+    if analysis.concurrency_series:
+        tasks.append(("concurrency_plot", (analysis.concurrency_series, colours)))
     tasks.append(("accuracy_per_joule_plot", (groups, colours)))
     tasks.append(("tokens_plot", (groups, colours)))
     if data.traces:
@@ -161,6 +163,8 @@ def _parts(analysis: Analysis, plots: Sequence[Plot]) -> list[Block | Plot]:
     parts.append(configuration_block(analysis.groups))
     parts.append(joules_block(analysis.splits))
     parts.append(by_name.pop("joules"))
+    if "concurrency" in by_name:
+        parts.append(by_name.pop("concurrency"))
     parts += routing_blocks(analysis.routings)
     parts += list(by_name.values())
     return parts
