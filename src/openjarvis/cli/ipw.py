@@ -123,15 +123,26 @@ def measure(
     lm_eval_include: Annotated[
         str | None, typer.Option(help="lm-eval suites: a folder of your own task YAML files")
     ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(help="open_ended tasks: the judge, ENGINE[:MODEL] (e.g. openai:gpt-4o-mini)"),
+    ] = None,
+    judge_base_url: Annotated[str | None, typer.Option(help="Cloud judge's API base URL")] = None,
+    judge_api_key_env: Annotated[
+        str | None, typer.Option(help="Variable holding the cloud judge's API key")
+    ] = None,
 ) -> None:
     """Run a suite on a model with the energy meter on, score it, store it, print the summary.
 
     --suite lm-eval:TASK[,TASK...] runs tasks of EleutherAI's lm-evaluation-harness (--limit
-    counts documents per task there), with pip install 'openjarvis[lm-eval]'.
+    counts documents per task there), with pip install 'openjarvis[lm-eval]'. A suite's
+    open_ended tasks are scored by --judge, whose energy and cost are stored as a run of its own.
     """
     from openjarvis.cli.summary import print_summary
     from openjarvis.evals.harness import check_harness_suite, fold_harness_options
+    from openjarvis.evals.judge import JudgeSpec, check_judge, fold_judge_options
     from openjarvis.evals.runner import MeasureSpec, resume_measure, run_measure
+    from openjarvis.evals.suites import load_suite
 
     _refuse_conflicting_options(ctx)
     if scope not in ("system", "accelerator"):
@@ -141,6 +152,10 @@ def measure(
     suite, runner_limit = fold_harness_options(
         suite, None if all_tasks else limit, num_fewshot, lm_eval_include
     )
+    if judge is not None:
+        suite = fold_judge_options(suite, JudgeSpec.parse(judge, judge_base_url, judge_api_key_env))
+    elif judge_base_url or judge_api_key_env:
+        raise UserError("--judge-base-url and --judge-api-key-env go with --judge ENGINE:MODEL")
     spec = MeasureSpec(
         model_path=model,
         suite=suite,
@@ -165,6 +180,7 @@ def measure(
     if resume is None:
         spec.validate()  # before the progress bar, so a bad option is the only line printed
         check_harness_suite(spec.suite, spec.engine)
+        check_judge(spec.suite, load_suite(spec.suite))
     else:
         # Before the model loads: a missing database or run, or one another process still
         # measures, is named without creating or changing anything (resume_run checks again).

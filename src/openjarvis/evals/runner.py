@@ -15,6 +15,7 @@ import numpy as np
 from openjarvis import __version__
 from openjarvis.errors import RunInterrupted, UserError
 from openjarvis.evals import run_energy
+from openjarvis.evals.judge import judging
 from openjarvis.evals.metrics import (
     RunFigures,
     compute_figures,
@@ -195,9 +196,10 @@ def run_measure(
                     run.options["shared_machine"] = sorted(shared_with)
                 run_id = store.create_run(run)
                 run.id = run_id
-                result = _execute(
-                    spec, run, tasks, engine, sandbox, meter, store, on_start, on_task
-                )
+                with judging(spec.suite, tasks, meter, store, run) as judged_tasks:
+                    result = _execute(
+                        spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
+                    )
                 return replace(result, energy_coverage=run.energy_coverage)
         finally:
             engine.close()
@@ -234,9 +236,10 @@ def resume_measure(
                 # The idle baseline of the original run keeps net energy comparable across parts.
                 meter.idle = IdleBaseline(spec.idle_seconds, dict(run.idle_power_w))
                 store.resume_run(run.id or run_id)
-                result = _execute(
-                    spec, run, tasks, engine, sandbox, meter, store, on_start, on_task
-                )
+                with judging(spec.suite, tasks, meter, store, run) as judged_tasks:
+                    result = _execute(
+                        spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
+                    )
                 coverage = run.energy_coverage or meter.coverage.to_dict()  # older runs: now
                 return replace(result, energy_coverage=coverage)
         finally:

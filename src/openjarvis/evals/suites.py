@@ -16,6 +16,7 @@ from typing import Literal
 
 from openjarvis.errors import UserError
 from openjarvis.evals.harness import is_harness_suite, load_harness_suite
+from openjarvis.evals.judge import split_judge
 from openjarvis.evals.suite_files import HUMANEVAL_STOP, SuiteFile, parse_suite
 from openjarvis.evals.types import Task, TaskKind
 
@@ -84,6 +85,7 @@ def _open(name_or_path: str) -> SuiteFile:
     `lm-eval:TASK[,TASK...]` names tasks of lm-evaluation-harness (docs/harness.md)."""
     if is_harness_suite(name_or_path):
         return SuiteFile(tuple(load_harness_suite(name_or_path)), {})
+    name_or_path, _ = split_judge(name_or_path)  # the judge is the runner's (evals/judge.py)
     key = name_or_path.strip().lower()
     if key in _BUILT_IN:
         return _BUILT_IN[key]()
