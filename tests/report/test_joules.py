@@ -1,6 +1,7 @@
 """Where the joules go, the configuration table and passes per kJ against concurrency, on a
 hand-made GPU run at batch 1 that is mostly idle and a cloud estimate."""
 
+from array import array
 from dataclasses import fields, replace
 
 import pytest
@@ -14,7 +15,7 @@ from openjarvis.report.configuration import (
 )
 from openjarvis.report.content import joules_block
 from openjarvis.report.joules import DomainPart, breakdown, breakdown_sentence
-from openjarvis.report.plots import concurrency_plot
+from openjarvis.report.plots import concurrency_plot, power_traces_plot
 from openjarvis.report.runs import short_label
 from openjarvis.store import EnergyRecord, RunRecord, TaskResultRecord
 from tests.report.test_gate import H200, run
@@ -136,3 +137,13 @@ def test_passes_per_kj_against_concurrency_only_where_a_configuration_has_two() 
     assert short_label(groups[0]) == "gemma · H200 · torch"
     svg = concurrency_plot(series, {"H200": "#1f77b4"}).svg
     assert "requests in flight" in svg and "gemma" in svg
+
+
+def test_a_traced_source_outside_the_scope_is_dashed_and_says_it_is_not_in_the_total() -> None:
+    def series(watts: float) -> tuple[array, array]:
+        return array("d", [0.0, 1.0, 2.0]), array("d", [watts] * 3)
+
+    traces = {"nvml:GPU-aaaa": series(130.0), "estimate:cpu": series(18.0)}
+    svg = power_traces_plot([(GPU_RUN, traces)]).svg
+    assert "estimate:cpu (not in total)" in svg
+    assert "nvml:GPU-aaaa (not in total)" not in svg and "nvml:GPU-aaaa" in svg

@@ -25,6 +25,7 @@ from openjarvis.report.joules import Breakdown
 from openjarvis.report.plot import Panel, Plot, Point
 from openjarvis.report.runs import (
     concurrency_of,
+    coverage_names,
     figure,
     hardware_label,
     is_cloud,
@@ -195,9 +196,18 @@ def power_traces_plot(traces: Sequence[tuple[RunRecord, Mapping[str, PowerSeries
     def draw(fig: Figure) -> None:
         panels = np.atleast_1d(fig.subplots(len(traces), 1, squeeze=False)[:, 0])
         for axes, (run, series) in zip(panels, traces, strict=True):
+            in_scope = set(coverage_names(run.energy_coverage, "in_scope"))
             for source in sorted(series):
                 times, watts = (np.frombuffer(values, dtype=float) for values in series[source])
-                axes.plot(*_downsample(times, watts), linewidth=0.8, label=source)
+                # A source traced but outside the run's scope is drawn dashed and says so: its
+                # watts are not in the run's energy (a CPU estimate beside a GPU-only figure).
+                outside = bool(in_scope) and source not in in_scope
+                axes.plot(
+                    *_downsample(times, watts),
+                    linewidth=0.8,
+                    linestyle="--" if outside else "-",
+                    label=f"{source} (not in total)" if outside else source,
+                )
             estimate = " (estimate)" if is_estimate(run) else ""
             axes.set_title(
                 f"{(run.id or '')[:8]} · {short_label(run)}{estimate}",
@@ -212,7 +222,8 @@ def power_traces_plot(traces: Sequence[tuple[RunRecord, Mapping[str, PowerSeries
         "power-traces",
         "Power traces",
         f"Sampled power of {len(traces)} run(s) per energy source, averaged into at most "
-        f"{MAX_TRACE_POINTS} points per source.",
+        f"{MAX_TRACE_POINTS} points per source. Dashed lines, '(not in total)', are sources "
+        "traced outside the run's energy scope: their watts are not in its figures.",
         draw_svg(draw, 6.5, 2.4 * len(traces) + 0.6, right_in=2.2),
     )
 
