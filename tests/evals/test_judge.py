@@ -2,6 +2,7 @@
 stored as a run of its own. The judge engine is faked at the network edge (a scripted reply);
 the meter, the store and the runner are real, and the judged model is the embedded one."""
 
+import os
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from openjarvis.power.sources import EnergySource
 from openjarvis.runtime.types import Completion, EnergyEstimate, Request, StreamChunk
 from openjarvis.store import open_store
 from openjarvis.store.records import RunRecord
+from tests.cli.test_measure_e2e import run_ipw
 
 OPEN_SUITE = """\
 {"task_id": "capital", "kind": "open_ended", "prompt": "What is the capital of France?", \
@@ -241,3 +243,22 @@ def test_a_judged_suite_runs_with_the_judges_energy_and_cost_apart(
     # The judged model's answer is what the judge read.
     (message,) = engine.prompts[0].messages  # type: ignore[union-attr]
     assert answers[0].completions[0] in message.content
+
+
+@pytest.mark.parametrize(
+    ("judge_args", "message"),
+    [
+        ((), "has 2 open_ended task(s), which a judge model scores; give one with --judge"),
+        (("--judge", "gpt:4"), "--judge 'gpt:4': unknown engine 'gpt'"),
+        (("--judge-base-url", "http://h/v1"), "--judge-base-url and --judge-api-key-env go with"),
+    ],
+)
+def test_the_cli_refuses_a_judged_suite_without_a_good_judge_in_one_line(
+    tmp_path: Path, judge_args: tuple[str, ...], message: str
+) -> None:
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+    done = run_ipw("measure", "--suite", str(suite_file(tmp_path)), *judge_args, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert message in line and line.startswith("error: ")
+    assert not (tmp_path / "data").exists()  # refused before the database was created

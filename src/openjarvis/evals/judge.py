@@ -1,4 +1,4 @@
-"""A judge model scores open-ended answers (open_ended tasks of a suite file, docs/judge.md).
+"""A judge model scores open-ended answers (open_ended tasks of a suite file, docs/suites.md).
 
 Any engine may judge. Its prompt is stored with its version, and its verdicts, energy and cost
 go to a run of their own (suite `judge-of:<run id>`): never into the judged model's figures.
