@@ -3,15 +3,17 @@ out for having too few tasks, the verdict and what limits it, Wilson intervals a
 band of an estimate, all worked out by hand."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from openjarvis.evals.metrics import compute_figures, task_figures
 from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
-from openjarvis.report.gate import gate, headline, section_frontier
+from openjarvis.report.gate import gate, headline, section_frontier, shared_figures
 from openjarvis.report.uncertainty import small_n_warning, wilson_interval
-from openjarvis.store import RunRecord, TaskResultRecord
+from openjarvis.store import RunRecord, TaskResultRecord, open_store
 from tests.report.test_routing import make_task
-from tests.synthetic import make_host
+from tests.synthetic import add_run, make_host
 
 __all__: list[str] = []
 
@@ -158,4 +160,22 @@ def test_small_n_is_said_below_thirty_tasks() -> None:
     assert small_n_warning(30) is None
     assert small_n_warning(5) == (
         "small n, 5 tasks (2 of 5 passing spans 12% to 77% at 95 %); read differences as tentative"
+    )
+
+
+def test_figures_on_all_of_a_runs_tasks_are_those_it_stored(tmp_path: Path) -> None:
+    """The stored summary stands in for a recomputation only where it covers the same tasks:
+    the numbers are the same (same tasks, same seed); on a subset they are computed."""
+    with open_store(str(tmp_path / "ipw.db")) as store:
+        run_id = add_run(store, H200, tasks=12, seed=5)
+        stored, saved = store.get_run(run_id), store.task_results(run_id)
+    computed = compute_figures([task_figures(t) for t in saved])
+    whole = shared_figures(stored, saved)
+    assert whole.accuracy == computed.accuracy
+    assert whole.mean_energy_j == computed.mean_energy_j
+    assert whole.accuracy_per_joule == computed.accuracy_per_joule
+    subset = shared_figures(stored, saved[:5])
+    assert subset.tasks == 5
+    assert (
+        subset.mean_energy_j == compute_figures([task_figures(t) for t in saved[:5]]).mean_energy_j
     )

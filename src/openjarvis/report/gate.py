@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from openjarvis.evals.metrics import (
     Estimate,
-    RunFigures,
     TaskFigures,
     compare_figures,
     compute_figures,
@@ -31,11 +30,13 @@ __all__ = [
     "Entry",
     "Headline",
     "Section",
+    "SharedFigures",
     "Verdict",
     "comparison_class",
     "gate",
     "headline",
     "section_frontier",
+    "shared_figures",
     "shared_tasks",
     "verdict",
 ]
@@ -46,13 +47,49 @@ KEEP_SHARED_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
+class SharedFigures:
+    """The figures a section shows of one run, on the section's shared tasks."""
+
+    tasks: int
+    accuracy: Estimate
+    mean_energy_j: Estimate
+    accuracy_per_joule: Estimate
+
+
+SHARED_FIGURES = ("accuracy", "mean_energy_j", "accuracy_per_joule")
+
+
+def _stored(summary: Mapping[str, object], name: str) -> Estimate | None:
+    value = summary.get(name)
+    if not isinstance(value, dict):
+        return None
+    return Estimate(
+        value.get("value"), value.get("low"), value.get("high"), value.get("null_reason")
+    )
+
+
+def shared_figures(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> SharedFigures:
+    """evals.metrics' figures over `tasks`: those `ipw measure` stored when `tasks` are all the
+    run's tasks (the same tasks and bootstrap seed give the same numbers, and recomputing them
+    for every run was most of a large report's time), else computed on `tasks`."""
+    stored = [_stored(run.summary or {}, name) for name in SHARED_FIGURES]
+    if (run.summary or {}).get("tasks") == len(tasks) and all(stored):
+        accuracy, energy, apj = (estimate for estimate in stored if estimate is not None)
+        return SharedFigures(len(tasks), accuracy, energy, apj)
+    computed = compute_figures([task_figures(t) for t in tasks])
+    return SharedFigures(
+        len(tasks), computed.accuracy, computed.mean_energy_j, computed.accuracy_per_joule
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One run inside a section: its figures on the section's shared tasks only."""
 
     run: RunRecord
     all_tasks: tuple[TaskResultRecord, ...]
     task_ids: tuple[str, ...]  # the section's shared tasks, sorted
-    figures: RunFigures
+    figures: SharedFigures
 
     @property
     def label(self) -> str:
@@ -138,9 +175,7 @@ def _rank(entry: Entry) -> tuple[float, float]:
 
 def _entry(run: RunRecord, tasks: Sequence[TaskResultRecord], ids: set[str]) -> Entry:
     shared = [t for t in tasks if t.task_id in ids]
-    return Entry(
-        run, tuple(tasks), tuple(sorted(ids)), compute_figures([task_figures(t) for t in shared])
-    )
+    return Entry(run, tuple(tasks), tuple(sorted(ids)), shared_figures(run, shared))
 
 
 def shared_tasks(
