@@ -330,3 +330,32 @@ def test_a_context_too_long_loses_its_oldest_tokens() -> None:
     _loglikelihood(engine, "t", "a" * 100, "b")  # type: ignore[arg-type]
     prompt, first = engine.calls[0]
     assert len(prompt) == engine.n_ctx and first == engine.n_ctx - 1
+
+
+@pytest.mark.e2e
+def test_llama_cpp_and_torch_give_the_same_log_likelihoods_of_the_embedded_model() -> None:
+    """Both engines score continuations of the same GGUF: the answers agree to within what
+    llama.cpp's quantised kernels and torch's dequantised weights part by, and rank alike."""
+    pytest.importorskip("torch")
+    pytest.importorskip("gguf")
+    from openjarvis.evals.harness import _loglikelihood
+    from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
+
+    context = "Question: What is the capital of France?\nAnswer:"
+    choices = (" Paris", " Berlin", " a small fish")
+    scores = {}
+    for kind in ("llamacpp", "torch"):
+        spec = EngineSpec(kind=kind, reuse_prompt_cache=False, n_ctx=256)
+        engine = open_engine(spec, resolve_engine_model(spec))
+        try:
+            scores[kind] = [_loglikelihood(engine, "t", context, c)[0] for c in choices]
+        finally:
+            engine.close()
+    for (llama_lp, llama_greedy), (torch_lp, torch_greedy) in zip(
+        scores["llamacpp"], scores["torch"], strict=True
+    ):
+        assert llama_lp == pytest.approx(torch_lp, rel=0.05, abs=0.3)
+        assert llama_greedy == torch_greedy
+    ranked = {kind: np.argsort([lp for lp, _ in s]).tolist() for kind, s in scores.items()}
+    assert ranked["llamacpp"] == ranked["torch"]
+    assert np.argmax([lp for lp, _ in scores["llamacpp"]]) == 0  # Paris, even for 270M
