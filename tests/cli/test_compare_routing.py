@@ -49,3 +49,33 @@ def test_compare_shows_coverage_oracle_and_router(tmp_path: Path) -> None:
     )
     assert "│ oracle over all runs" in result.output and "57.5 (incl. est.)" in result.output
     assert "│ p = 0.5 │    62.5% │" in result.output
+
+
+def test_compare_gives_a_verdict_on_the_tasks_both_ran(tmp_path: Path) -> None:
+    """small (1/4 at 10 J: 25 passes per kJ) against the cloud run (3/4 of the same four tasks
+    at 100 J: 7.5; its two extra tasks are left out): small leads by 25 / 7.5, and the verdict
+    says the two are not like for like (a measured run against an estimate)."""
+    db = str(tmp_path / "ipw.db")
+    ids = []
+    with open_store(db) as store:
+        for record, extra in ((RUNS[0], 0), (RUNS[2], 2)):
+            run_id = store.create_run(replace(record, state="running", id=None))
+            for task in tasks_of(record.id or "", extra):
+                store.save_task_result(run_id, task)
+            store.finish_run(run_id, "complete", {})
+            ids.append(run_id)
+    runner = CliRunner()
+    args = ["compare", ids[1], ids[0], "--db", db]
+    result = runner.invoke(app, [*args, "--json"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.exception
+    (found,) = json.loads(result.output)["verdicts"]
+    assert (found["best"], found["other"], found["tasks"]) == (ids[0], ids[1], 4)
+    assert found["ratio"]["value"] == pytest.approx(25 / 7.5)
+    assert (found["passed"], found["samples"]) == ([1, 3], [4, 4])
+    assert not found["like_for_like"]
+    assert any("energy is an estimate" in limit for limit in found["limits"])
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.exception
+    assert "not like for like: small-1b · unknown hardware · llamacpp does 3.3x [" in (
+        result.output.replace("\n", " ")
+    )

@@ -23,6 +23,7 @@ from openjarvis.evals.metrics import (
     compute_figures,
     task_figures,
 )
+from openjarvis.report.gate import comparison_class, entry, verdict
 from openjarvis.report.routing import Route, Routing, routing, routing_json
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
@@ -88,16 +89,34 @@ def compare_command(
     per_task = [{task.task_id: task_figures(task) for task in saved} for saved in tasks]
     figures = [compute_figures(list(by_id.values())) for by_id in per_task]
     comparisons = [compare_figures(per_task[0], other) for other in per_task[1:]]
+    entries = [entry(record, saved) for record, saved in zip(records, tasks, strict=True)]
+    verdicts = [
+        found_verdict
+        for other in entries[1:]
+        if (
+            found_verdict := verdict(
+                entries[0],
+                other,
+                like_for_like=comparison_class(entries[0].run) == comparison_class(other.run),
+            )
+        )
+        is not None
+    ]
     found = routing(
         records, {record.id or "": saved for record, saved in zip(records, tasks, strict=True)}
     )
     console = stdout_console()
     if json_output:
         data = _as_json(records, figures, comparisons)
+        data["verdicts"] = [found_verdict.to_json() for found_verdict in verdicts]
         data["routing"] = routing_json(found) if found is not None else None
         console.file.write(json.dumps(data, indent=2) + "\n")
         return
     console.print(readable(_table(records, figures, comparisons)))
+    for found_verdict in verdicts:
+        marker = "" if found_verdict.like_for_like else "not like for like: "
+        console.print(f"{marker}{found_verdict.sentence()}")
+        console.print(f"[yellow]{found_verdict.limits_sentence()}[/]")
     if found is not None:
         for table in routing_tables(found):
             console.print(readable(table))

@@ -11,7 +11,6 @@ from openjarvis.report.gate import (
     Entry,
     Headline,
     Section,
-    Verdict,
     gate,
     headline,
     section_frontier,
@@ -134,28 +133,12 @@ def _entry_json(entry: Entry) -> dict[str, object]:
     }
 
 
-def _verdict_json(found: Verdict) -> dict[str, object]:
-    return {
-        "sentence": found.sentence(),
-        "like_for_like": found.like_for_like,
-        "tasks": found.tasks,
-        "best": found.best.run.id,
-        "other": found.other.run.id,
-        "figure": found.figure,
-        "ratio": asdict(found.ratio),
-        "resolved": found.resolved,
-        "limits": list(found.limits),
-    }
-
-
 def analysis_json(analysis: Analysis) -> dict[str, object]:
     """The verdict, sections, frontiers (two points or more only), joules and routing as
     JSON-ready values: unknown figures stay null."""
     sections = analysis.sections
     return {
-        "verdict": [
-            _verdict_json(v) for v in (*analysis.headline.within, *analysis.headline.across)
-        ],
+        "verdict": [v.to_json() for v in (*analysis.headline.within, *analysis.headline.across)],
         "sections": [
             {
                 "title": section.title,

@@ -11,7 +11,7 @@ from openjarvis.report.configuration import (
     configuration_cells,
     precision_label,
 )
-from openjarvis.report.gate import Entry, Headline, Section, Verdict, section_frontier
+from openjarvis.report.gate import Entry, Headline, Section, section_frontier
 from openjarvis.report.joules import Breakdown, breakdown_sentence
 from openjarvis.report.routing import Route, Routing
 from openjarvis.report.runs import energy_label, format_interval, format_value, short_label
@@ -122,21 +122,15 @@ def _entry_row(entry: Entry) -> tuple[str, ...]:
     )
 
 
-def _limits(found: Verdict) -> str:
-    if not found.limits:
-        return "Nothing recorded limits this comparison: same scope, method, engine, precision."
-    return "What limits this: " + "; ".join(found.limits) + "."
-
-
 def headline_block(head: Headline) -> Block:
     """The first thing on the page: one verdict per comparable section, the best runs of
     other sections against the first labelled as not like for like, and what limits each."""
     lines: list[Line] = []
     for found in head.within:
-        lines += [Line(found.sentence()), Line(_limits(found), limit=True)]
+        lines += [Line(found.sentence()), Line(found.limits_sentence(), limit=True)]
     for found in head.across:
         lines.append(Line(f"Across sections, not like for like: {found.sentence()}"))
-        lines.append(Line(_limits(found), limit=True))
+        lines.append(Line(found.limits_sentence(), limit=True))
     for section in head.sections:
         if len(section.entries) == 1:
             lines.append(

@@ -7,7 +7,7 @@ boundary) and the ML.ENERGY leaderboard (one task, the configuration beside ever
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from openjarvis.evals.metrics import (
     Estimate,
@@ -33,6 +33,7 @@ __all__ = [
     "SharedFigures",
     "Verdict",
     "comparison_class",
+    "entry",
     "gate",
     "headline",
     "section_frontier",
@@ -178,6 +179,11 @@ def _entry(run: RunRecord, tasks: Sequence[TaskResultRecord], ids: set[str]) -> 
     return Entry(run, tuple(tasks), tuple(sorted(ids)), shared_figures(run, shared))
 
 
+def entry(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> Entry:
+    """A run on all its own tasks, for a verdict against another (`ipw compare`)."""
+    return _entry(run, tasks, {t.task_id for t in tasks})
+
+
 def shared_tasks(
     runs: Sequence[RunRecord],
     tasks: Mapping[str, Sequence[TaskResultRecord]],
@@ -267,6 +273,29 @@ class Verdict:
         """The ratio's interval excludes 1: the difference is more than sampling noise."""
         low, high = self.ratio.low, self.ratio.high
         return (low is not None and low > 1) or (high is not None and high < 1)
+
+    def limits_sentence(self) -> str:
+        if not self.limits:
+            return (
+                "Nothing recorded limits this comparison: same scope, method, engine and "
+                "precision, enough tasks."
+            )
+        return "What limits this: " + "; ".join(self.limits) + "."
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "sentence": self.sentence(),
+            "limits": list(self.limits),
+            "like_for_like": self.like_for_like,
+            "tasks": self.tasks,
+            "best": self.best.run.id,
+            "other": self.other.run.id,
+            "figure": self.figure,
+            "ratio": asdict(self.ratio),
+            "resolved": self.resolved,
+            "passed": list(self.passed),
+            "samples": list(self.samples),
+        }
 
     def sentence(self) -> str:
         value, low, high = self.ratio.value, self.ratio.low, self.ratio.high
