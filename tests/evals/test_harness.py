@@ -25,7 +25,14 @@ from openjarvis.evals.harness import (
 from openjarvis.evals.prompting import answer_task, task_request
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.types import Task
-from openjarvis.runtime.types import Completion, EnergyEstimate, Request, StreamChunk
+from openjarvis.runtime.types import (
+    ChatMessage,
+    ChatRequest,
+    Completion,
+    EnergyEstimate,
+    Request,
+    StreamChunk,
+)
 
 # Never reach the Hub; the JSON builder reads local files. Set before datasets is imported.
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -359,3 +366,13 @@ def test_llama_cpp_and_torch_give_the_same_log_likelihoods_of_the_embedded_model
     ranked = {kind: np.argsort([lp for lp, _ in s]).tolist() for kind, s in scores.items()}
     assert ranked["llamacpp"] == ranked["torch"]
     assert np.argmax([lp for lp, _ in scores["llamacpp"]]) == 0  # Paris, even for 270M
+
+
+def test_a_chat_only_api_gets_the_harness_prompt_as_one_user_message(tasks_dir: Path) -> None:
+    task = load_harness_suite(f"lm-eval:tiny_gen?limit=1&include={tasks_dir}")[0]
+    engine = ScriptedEngine("anthropic", "4", [])
+    answer_task(engine, task, task_request(task, "completion", 0.0, 3))
+    (request,) = engine.requests
+    assert isinstance(request, ChatRequest)
+    assert request.messages == (ChatMessage("user", task.prompt),)
+    assert (request.stop, request.max_tokens, request.seed) == (("\n",), 8, 3)

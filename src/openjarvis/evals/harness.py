@@ -25,6 +25,8 @@ import numpy as np
 from openjarvis.errors import UserError
 from openjarvis.evals.types import ExecutionResult, Task
 from openjarvis.runtime.types import (
+    ChatMessage,
+    ChatRequest,
     Completion,
     EnergyEstimate,
     Engine,
@@ -50,6 +52,8 @@ SUITE_PREFIX = "lm-eval:"
 # then the continuation token by token) and torch (logits at every position). Cloud APIs
 # return no log-probabilities of a given prompt, so only generate_until tasks run on them.
 LOGPROB_ENGINE_KINDS = ("llamacpp", "torch")
+# APIs with chat messages only: a generation's context goes as one user message.
+_CHAT_ONLY_ENGINE_KINDS = ("anthropic",)
 _DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's own default for generate_until
 _FEWSHOT_SEED = 1234  # lm-eval's default --seed for few-shot sampling
 _OPTIONS = ("limit", "num_fewshot", "include", "fewshot_seed")
@@ -359,13 +363,16 @@ class HarnessDocument:
         if kind == "generate_until":
             context, options = instance.args
             until = options.get("until") or ()
-            generation = GenerationRequest(
-                prompt=context,
-                max_tokens=int(options.get("max_gen_toks", _DEFAULT_MAX_GEN_TOKENS)),
-                stop=tuple([until] if isinstance(until, str) else until),
-                temperature=request.temperature,
-                seed=request.seed,
+            max_tokens = int(options.get("max_gen_toks", _DEFAULT_MAX_GEN_TOKENS))
+            stop = tuple([until] if isinstance(until, str) else until)
+            generation: Request = GenerationRequest(
+                context, max_tokens, stop, request.temperature, request.seed
             )
+            if engine.kind in _CHAT_ONLY_ENGINE_KINDS:  # as lm-eval's anthropic-chat sends it
+                message = (ChatMessage("user", context),)
+                generation = ChatRequest(
+                    message, max_tokens, stop, request.temperature, request.seed
+                )
             completion = engine.generate(generation)
             return completion.text, completion
         raise UserError(f"lm-eval task {self.task_name} sends {kind} requests, not supported")
