@@ -216,10 +216,6 @@ def _share(value: float | None) -> str:
     return "—" if value is None else f"{value:.0%}"
 
 
-def _joules(value: float | None) -> str:
-    return format_value(value)
-
-
 JOULES_HEADINGS = (
     "model · hardware · engine",
     "n",
@@ -252,15 +248,15 @@ def joules_block(splits: Sequence[Breakdown]) -> Block:
         (
             split.label,
             "—" if split.tasks is None else str(split.tasks),
-            _joules(split.gross_j),
-            _joules(split.idle_floor_j),
+            format_value(split.gross_j),
+            format_value(split.idle_floor_j),
             _share(split.idle_share),
             _domains(split),
-            _joules(split.mean_power_w),
-            _joules(split.idle_power_w),
+            format_value(split.mean_power_w),
+            format_value(split.idle_power_w),
             "—" if split.memory_bandwidth_use is None else f"{split.memory_bandwidth_use:.1%}",
-            _joules(split.prefill_j),
-            _joules(split.decode_j),
+            format_value(split.prefill_j),
+            format_value(split.decode_j),
             _share(split.tail_share),
             _share(split.low_resolution_share),
             "—" if split.negative_net_tasks is None else str(split.negative_net_tasks),

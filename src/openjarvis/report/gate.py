@@ -11,13 +11,18 @@ from dataclasses import asdict, dataclass
 
 from openjarvis.evals.metrics import (
     Estimate,
-    TaskFigures,
     compare_figures,
     compute_figures,
     task_figures,
 )
 from openjarvis.report.configuration import precision_label, scope_definition
-from openjarvis.report.runs import is_estimate, pareto_frontier, scope_label, short_label
+from openjarvis.report.runs import (
+    coverage_names,
+    is_estimate,
+    pareto_frontier,
+    scope_label,
+    short_label,
+)
 from openjarvis.report.uncertainty import (
     banded_energy_j,
     estimate_band,
@@ -96,32 +101,36 @@ class Entry:
     def label(self) -> str:
         return short_label(self.run)
 
-    def shared(self) -> dict[str, TaskFigures]:
+    def shared_tasks(self) -> list[TaskResultRecord]:
         wanted = set(self.task_ids)
-        return {t.task_id: task_figures(t) for t in self.all_tasks if t.task_id in wanted}
+        return [t for t in self.all_tasks if t.task_id in wanted]
 
     @property
     def passed(self) -> int:
-        wanted = set(self.task_ids)
-        return sum(t.passed for t in self.all_tasks if t.task_id in wanted)
+        return sum(t.passed for t in self.shared_tasks())
 
     @property
     def trials(self) -> int:
-        wanted = set(self.task_ids)
-        return sum(t.samples for t in self.all_tasks if t.task_id in wanted)
+        return sum(t.samples for t in self.shared_tasks())
 
     def accuracy_interval(self) -> tuple[float, float] | None:
         """95 % Wilson interval over the samples of the shared tasks."""
         return wilson_interval(self.passed, self.trials)
 
     def estimated_energy_j(self) -> float | None:
-        """Mean estimated joules per shared task: the readings of an `estimate` method, or the
-        whole energy of an estimated run stored without readings; None when unknown."""
-        wanted = [t for t in self.all_tasks if t.task_id in set(self.task_ids)]
+        """Mean estimated joules per shared task: the readings of an `estimate` method among the
+        sources in scope, or the whole energy of an estimated run stored without readings;
+        None when unknown."""
+        in_scope = set(coverage_names(self.run.energy_coverage, "in_scope"))
+        shared = self.shared_tasks()
         total = 0.0
-        for task in wanted:
+        for task in shared:
             if task.energy:
-                parts = [e.energy_j for e in task.energy if e.method == "estimate"]
+                parts = [
+                    e.energy_j
+                    for e in task.energy
+                    if e.method == "estimate" and (not in_scope or e.source in in_scope)
+                ]
                 if None in parts:
                     return None
                 total += sum(p for p in parts if p is not None)
@@ -129,7 +138,7 @@ class Entry:
                 if task.energy_j is None:
                     return None
                 total += task.energy_j
-        return total / len(wanted) if wanted else None
+        return total / len(shared) if shared else None
 
     def energy_band_j(self) -> tuple[float, float] | None:
         """Mean J per task widened by the stated band of its estimated part (None: no part
