@@ -74,6 +74,10 @@ def test_compare_gives_a_verdict_on_the_tasks_both_ran(tmp_path: Path) -> None:
     assert (found["passed"], found["samples"]) == ([1, 3], [4, 4])
     assert not found["like_for_like"]
     assert any("energy is an estimate" in limit for limit in found["limits"])
+    # At the cloud band's bottom (x0.5) small still leads: 25 / (7.5 / 0.5) = 1.67.
+    assert found["limits"][-1] == (
+        "the lead holds at the edge of the estimates' stated bands (still 1.7x)"
+    )
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.exception
     assert "not like for like: small-1b · unknown hardware · llamacpp does 3.3x [" in (

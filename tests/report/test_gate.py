@@ -9,7 +9,7 @@ import pytest
 
 from openjarvis.evals.metrics import compute_figures, task_figures
 from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
-from openjarvis.report.gate import gate, headline, section_frontier, shared_figures
+from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict
 from openjarvis.report.uncertainty import small_n_warning, wilson_interval
 from openjarvis.store import RunRecord, TaskResultRecord, open_store
 from tests.report.test_routing import make_task
@@ -178,4 +178,17 @@ def test_figures_on_all_of_a_runs_tasks_are_those_it_stored(tmp_path: Path) -> N
     assert subset.tasks == 5
     assert (
         subset.mean_energy_j == compute_figures([task_figures(t) for t in saved[:5]]).mean_energy_j
+    )
+
+
+def test_a_lead_smaller_than_the_estimates_band_is_said_to_be_able_to_vanish() -> None:
+    """f (estimated, 2/5 at 45 J) against b (measured, 2/5 at 50 J): f leads by 50/45, but at
+    the top of f's band (x1.5) its lead becomes (50/45)/1.5 = 0.74."""
+    estimated = run("f", "small", engine="llamacpp", method="estimate", model_quantisation="Q4_K_M")
+    sections = gate([RUNS[1], estimated], {"b": TASKS["b"], "f": tasks(5, 2, 45.0)})
+    found = verdict(sections[0].entries[0], sections[1].entries[0], like_for_like=False)
+    assert found is not None and found.best.run.id == "f"
+    assert found.ratio.value == pytest.approx(50 / 45)
+    assert found.limits[-1] == (
+        "within the estimates' stated bands the lead could vanish (down to 0.74x)"
     )

@@ -378,6 +378,24 @@ def _scope_limits(best: RunRecord, other: RunRecord) -> list[str]:
     return limits
 
 
+def _band_limit(best: RunRecord, other: RunRecord, ratio: Estimate) -> str | None:
+    """Whether the lead survives the estimates' stated bands: at worst the leader's energy is
+    its band's top and the other's its bottom (the whole energy taken as estimated), which
+    scales either ratio (passes per kJ best/other, or J per task other/best) by
+    other's low factor / best's high factor. None when neither run is estimated."""
+    best_band, other_band = estimate_band(best), estimate_band(other)
+    if ratio.value is None or (best_band is None and other_band is None):
+        return None
+    worst = (
+        ratio.value
+        * (other_band.low_factor if other_band else 1.0)
+        / (best_band.high_factor if best_band else 1.0)
+    )
+    if worst > 1:
+        return f"the lead holds at the edge of the estimates' stated bands (still {worst:.2g}x)"
+    return f"within the estimates' stated bands the lead could vanish (down to {worst:.2g}x)"
+
+
 def _ordered(first: Entry, second: Entry, ids: set[str]) -> tuple[Entry, Entry, str, Estimate]:
     """(best, other, figure, ratio) of two entries on tasks `ids`, paired: passes per kJ
     where both passed something, else energy per task."""
@@ -419,6 +437,9 @@ def verdict(first: Entry, second: Entry, like_for_like: bool) -> Verdict | None:
         limits.append(warning)
     limits += _differences(best.run, other.run)
     limits += _scope_limits(best.run, other.run)
+    band = _band_limit(best.run, other.run, ratio)
+    if band is not None:
+        limits.append(band)
     chosen = [[t for t in entry.all_tasks if t.task_id in ids] for entry in (best, other)]
     passed = (sum(t.passed for t in chosen[0]), sum(t.passed for t in chosen[1]))
     samples = (sum(t.samples for t in chosen[0]), sum(t.samples for t in chosen[1]))
