@@ -205,21 +205,20 @@ def test_a_run_without_energy_figures_is_listed_and_said_not_drawn(
     assert two_machines["wasteful"] not in frontier_ids
 
 
-def test_an_unknown_decode_rate_is_no_bar_and_says_unknown(db: str, two_machines) -> None:
+def test_an_unknown_decode_rate_is_no_point_and_is_named(db: str, two_machines) -> None:
     with open_store(db) as store:
         runs = [store.get_run(two_machines[name]) for name in ("small", "medium")]
     assert runs[0] is not None and runs[1] is not None and runs[0].summary is not None
     assert figure(runs[0], "decode_tokens_per_s")[0] is not None
     colours = hardware_colours(hardware_label(run) for run in runs)
-    assert "unknown" not in tokens_plot(runs, colours).svg
+    both = tokens_plot(runs, colours)
+    assert "not drawn" not in both.caption
     unknown = {"value": None, "low": None, "high": None, "null_reason": "too-few-tokens"}
     runs[0] = replace(runs[0], summary={**runs[0].summary, "decode_tokens_per_s": unknown})
-    svg = tokens_plot(runs, colours).svg
-    assert svg.count("— unknown") == 1
-    # One bar fewer: a 0-wide bar would still be drawn as a path of the run's colour.
-    measured = replace(runs[0], summary={**runs[0].summary, "decode_tokens_per_s": 1.0})
-    bars = tokens_plot([measured, runs[1]], colours).svg.count('<g id="patch_')
-    assert svg.count('<g id="patch_') < bars
+    one = tokens_plot(runs, colours)
+    assert one.caption.endswith("(not drawn): small Q4_K_M · H200 · llamacpp.")
+    # One point fewer: a run at a rate of 0 would still be drawn as a marker.
+    assert one.svg.count('<g id="line2d_') < both.svg.count('<g id="line2d_')
 
 
 def test_plots_drawn_in_this_process_equal_those_of_the_forked_workers(

@@ -24,6 +24,7 @@ from openjarvis.report.drawing import (
 from openjarvis.report.joules import Breakdown
 from openjarvis.report.plot import Panel, Plot, Point
 from openjarvis.report.runs import (
+    Interval,
     concurrency_of,
     coverage_names,
     figure,
@@ -150,33 +151,65 @@ def accuracy_per_joule_plot(groups: Sequence[RunRecord], colours: Mapping[str, s
 
 
 def tokens_plot(groups: Sequence[RunRecord], colours: Mapping[str, str]) -> Plot:
-    """Joules per output token (with whiskers) beside the decode rate, per configuration."""
+    """Joules per output token (with whiskers) against the decode rate, one point per
+    configuration: fast and frugal is bottom right."""
+    drawn = [run for run in groups if None not in (_rate(run), _per_token(run)[0])]
+    missing = [run for run in groups if run not in drawn]
 
     def draw(fig: Figure) -> None:
-        energy_axes, rate_axes = fig.subplots(1, 2, sharey=True)
-        whisker_rows(energy_axes, groups, "joules_per_output_token", dict(colours))
-        energy_axes.set_xlabel("joules per output token, lower is better")
-        rates = [figure(run, "decode_tokens_per_s")[0] for run in groups]
-        known = [row for row, rate in enumerate(rates) if rate is not None]
-        rate_axes.barh(
-            known,
-            [rates[row] for row in known],
-            color=[colours[hardware_label(groups[row])] for row in known],
-        )
-        # An unknown rate gets no bar (a bar of 0 would read as measured) and says so.
-        for row, rate in enumerate(rates):
-            if rate is None:
-                rate_axes.text(0, row, " — unknown", va="center", ha="left", color="0.4")
-        rate_axes.set_xlabel("decode tokens/s (median task)")
-        rate_axes.grid(axis="x", alpha=0.3)
+        axes = fig.add_subplot()
+        for run in drawn:
+            colour = colours[hardware_label(run)]
+            value, low, high = _per_token(run)
+            (x,), (y,) = known([_rate(run)]), known([value])  # `drawn` has both
+            axes.errorbar(
+                [x],
+                [y],
+                yerr=spans([(value, low, high)]),
+                fmt="D" if is_cloud(run) else "o",
+                color=colour,
+                markeredgecolor=colour,
+                markerfacecolor="none" if is_estimate(run) else colour,
+                capsize=3,
+            )
+            axes.annotate(
+                model_label(run),
+                (x, y),
+                textcoords="offset points",
+                xytext=(5, 4),
+                fontsize=8,
+                color="0.25",
+            )
+        log_scale_if_wide(axes, [_rate(run) for run in drawn], "x")
+        log_scale_if_wide(axes, [_per_token(run)[0] for run in drawn], "y")
+        axes.set_xlabel("decode tokens/s (median task), faster to the right")
+        axes.set_ylabel("joules per output token")
+        axes.grid(alpha=0.3)
 
+    # An unknown rate is no point at 0 (it would read as measured): the caption names the run.
+    unknown = (
+        " No decode rate or energy per token (not drawn): "
+        + ", ".join(short_label(run) for run in missing)
+        + "."
+        if missing
+        else ""
+    )
     return Plot(
         "tokens",
-        "Joules per output token and decode rate",
-        "Left: joules per output token with 95 % intervals. Right: the median task's decode rate "
-        "('— unknown' where a run has none).",
-        draw_svg(draw, 7.0, rows_height_in(len(groups)), labels_width_in(row_labels(groups))),
+        "Joules per output token against decode rate",
+        "One point per configuration on all its own tasks; whiskers are 95 % bootstrap intervals "
+        "of joules per output token. Colour is the hardware, hollow markers are estimates."
+        + unknown,
+        draw_svg(draw, 6.0, 3.8),
     )
+
+
+def _rate(run: RunRecord) -> float | None:
+    return figure(run, "decode_tokens_per_s")[0]
+
+
+def _per_token(run: RunRecord) -> Interval:
+    return figure(run, "joules_per_output_token")
 
 
 def _downsample(times: np.ndarray, watts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
