@@ -192,3 +192,13 @@ def test_a_lead_smaller_than_the_estimates_band_is_said_to_be_able_to_vanish() -
     assert found.limits[-1] == (
         "within the estimates' stated bands the lead could vanish (down to 0.74x)"
     )
+
+
+def test_an_unknown_energy_gives_no_ratio_and_says_why() -> None:
+    unknown = [replace(t, energy_j=None, net_energy_j=None) for t in TASKS["b"]]
+    sections = gate(RUNS[:2], {"a": TASKS["a"], "b": unknown})
+    (found,) = headline(sections).within
+    assert found.ratio.value is None and found.ratio.null_reason == "energy-unknown"
+    assert found.sentence().endswith(
+        "cannot be compared on energy (energy-unknown) over the 5 tasks both ran."
+    )

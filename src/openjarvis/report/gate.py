@@ -342,14 +342,18 @@ class Verdict:
         return claim + "."
 
 
-def _inverse(estimate: Estimate) -> Estimate | None:
-    """1 / a ratio, its percentile interval inverted with it; None where it is not positive.
-    Where resamples reach 0 (the other run passing nothing in some), the inverse has no upper
-    bound: `high` is None then."""
+def _inverse(estimate: Estimate) -> Estimate:
+    """1 / a positive ratio, its percentile interval inverted with it. Where resamples reach 0
+    (the other run passing nothing in some), the inverse has no upper bound: `high` is None."""
     value, low, high = estimate.value, estimate.low, estimate.high
-    if value is None or value <= 0 or low is None or high is None or high <= 0:
-        return None
-    return Estimate(1 / value, 1 / high, 1 / low if low > 0 else None)
+    if value is None or value <= 0:
+        return Estimate(None, null_reason=estimate.null_reason or "undefined")
+    return Estimate(
+        1 / value,
+        1 / high if high is not None and high > 0 else None,
+        1 / low if low is not None and low > 0 else None,
+        estimate.null_reason,
+    )
 
 
 def _differences(best: RunRecord, other: RunRecord) -> list[str]:
@@ -405,22 +409,15 @@ def _ordered(first: Entry, second: Entry, ids: set[str]) -> tuple[Entry, Entry, 
     passed = [sum(f.passed for f in tasks.values()) for tasks in (first_tasks, second_tasks)]
     if passed[0] and passed[1]:
         apj = ratios["accuracy_per_joule"]
-        if apj.value is not None and apj.value > 1:
+        if apj.value is None or apj.value > 1:  # unknown (energy-unknown), or second leads
             return second, first, "accuracy_per_joule", apj
-        inverse = _inverse(apj)
-        return (
-            first,
-            second,
-            "accuracy_per_joule",
-            inverse or Estimate(None, null_reason="undefined"),
-        )
+        return first, second, "accuracy_per_joule", _inverse(apj)
     if passed[0] or passed[1]:  # one passed nothing: passes per kJ is infinitely better
         best, other = (first, second) if passed[0] else (second, first)
         return best, other, "accuracy_per_joule", Estimate(None, null_reason="one-passed-none")
     energy = ratios["mean_energy_j"]
     if energy.value is not None and energy.value < 1:
-        inverse = _inverse(energy)
-        return second, first, "mean_energy_j", inverse or Estimate(None, null_reason="undefined")
+        return second, first, "mean_energy_j", _inverse(energy)
     return first, second, "mean_energy_j", energy
 
 
