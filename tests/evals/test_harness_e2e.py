@@ -44,6 +44,7 @@ def test_a_harness_task_runs_with_per_task_energy_and_its_own_metric(
         "2",
         "--idle-seconds",
         "1",
+        "--allow-shared",  # another measurement on this machine must not fail the test
         "--db",
         str(db),
         env=env,

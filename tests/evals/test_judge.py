@@ -217,7 +217,10 @@ def test_a_judged_suite_runs_with_the_judges_energy_and_cost_apart(
     monkeypatch.setattr(judge_module, "open_engine", lambda spec, model: engine)
     db = str(tmp_path / "runs.db")
     suite = f"{suite_file(tmp_path)}?judge=openai:scripted"
-    result = run_measure(MeasureSpec(suite=suite, idle_seconds=0, db_url=db, limit=None))
+    # allow_shared: another measurement on this machine (a `jarvis serve`, another test) must not
+    # fail the test; what it checks does not depend on the claim.
+    spec = MeasureSpec(suite=suite, idle_seconds=0, db_url=db, limit=None, allow_shared=True)
+    result = run_measure(spec)
     with open_store(db) as store:
         judged = store.get_run(result.run_id)
         answers = store.task_results(result.run_id)
