@@ -265,3 +265,18 @@ def test_the_cli_refuses_a_judged_suite_without_a_good_judge_in_one_line(
     (line,) = done.stderr.strip().splitlines()
     assert message in line and line.startswith("error: ")
     assert not (tmp_path / "data").exists()  # refused before the database was created
+
+
+def test_a_local_judge_is_refused_beside_concurrent_tasks(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    run, _ = judged_run(db)
+    run.concurrency = 2
+    suite = f"{suite_file(tmp_path)}?judge=llamacpp"
+    tasks = load_suite(suite)
+    with open_store(db) as store, Meter([HundredWatts()], "accelerator") as meter:
+        with (
+            pytest.raises(UserError, match="measure with --concurrency 1, or judge with a cloud"),
+            judge_module.judging(suite, tasks, meter, store, run),
+        ):
+            pass
+        assert store.get_run(run.id or "").state == "failed"  # not left running

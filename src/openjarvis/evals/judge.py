@@ -323,6 +323,13 @@ def judging(
     if spec is None:
         yield tasks
         return
+    if spec.engine in LOCAL_ENGINE_KINDS and run.concurrency > 1:
+        # Its windows would overlap the judged model's, which then share their joules by work.
+        store.finish_run(run.id or "", "failed", None)
+        raise UserError(
+            f"a local judge ({spec.text()}) keeps its joules apart only between the judged "
+            f"model's tasks; measure with --concurrency 1, or judge with a cloud engine"
+        )
     model = resolve_engine_model(spec.engine_spec())
     engine = open_engine(spec.engine_spec(), model)
     try:
