@@ -33,7 +33,8 @@ def test_compare_shows_coverage_oracle_and_router(tmp_path: Path) -> None:
     # The cloud run is taken first (without it there is no router), then the runs as given.
     assert found["tasks"] == 4 and found["runs"] == [ids[2], ids[0], ids[1]]
     assert (found["coverage"], found["local_coverage"]) == (0.75, 0.5)
-    oracle, best, cloud = found["routes"]
+    oracle, by_cost, best, cloud = found["routes"]
+    assert by_cost["name"] == "oracle by API cost" and by_cost["energy_j"] == 57.5
     assert (oracle["accuracy"], oracle["energy_j"], oracle["cost_usd"]) == (0.75, 57.5, None)
     assert (best["accuracy"], best["energy_j"]) == (0.75, 100.0)
     assert cloud["name"] == "cloud: unpriced-model · cloud · openai"

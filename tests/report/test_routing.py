@@ -79,6 +79,9 @@ def test_coverage_oracle_and_router_worked_out_by_hand() -> None:
     assert found.oracle.energy_j == pytest.approx(57.5)
     assert found.oracle.cost_usd is None  # two tasks went to the unpriced cloud model
     assert found.oracle.estimated
+    # By API cost the locals (0 dollars) win where they solve, the unpriced cloud never does
+    # unless alone: the same tasks go the same way here.
+    assert found.oracle_by_cost.energy_j == pytest.approx(57.5)
     # The best single run is the cloud run: 3/4 at 100 J.
     assert found.best_single.name == "best single run: unpriced-model · cloud · openai"
     assert (found.best_single.accuracy, found.best_single.energy_j) == (0.75, 100.0)
@@ -123,3 +126,24 @@ def test_an_unknown_energy_is_unknown_in_every_route_that_takes_it() -> None:
 def test_runs_sharing_no_task_are_not_routed() -> None:
     tasks = {"small": tasks_of("small"), "large": [make_task(9, True, 5.0)]}
     assert routing(RUNS[:2], tasks) is None
+
+
+def test_the_cost_oracle_prefers_a_free_local_run_to_a_cheaper_in_joules_priced_cloud() -> None:
+    """gpt-4o (priced in data/cloud_prices.csv at $2.50 in and $10.00 out per million tokens)
+    solves t0..t2 at 5 J; large solves t0, t1 at 20 J. By energy every solved task goes to the
+    cloud; by API cost t0 and t1 go to large (0 dollars)."""
+    cloud = make_run("gpt", "gpt-4o", "openai", "estimate")
+    tasks = {
+        "large": tasks_of("large"),
+        "gpt": [make_task(i, i < 3, 5.0) for i in range(4)],
+    }
+    found = routing([RUNS[1], cloud], tasks)
+    assert found is not None
+    per_task_usd = (100 * 2.50 + 50 * 10.00) / 1e6  # 100 prompt and 50 output tokens a task
+    # By energy: t0, t1, t2 to gpt (5 J), t3 (none solves) to gpt, the more accurate.
+    assert found.oracle.energy_j == pytest.approx(5.0)
+    assert found.oracle.cost_usd == pytest.approx(per_task_usd)
+    # By cost: t0, t1 to large (20 J, $0), t2 and t3 to gpt (5 J).
+    assert found.oracle_by_cost.energy_j == pytest.approx((20 + 20 + 5 + 5) / 4)
+    assert found.oracle_by_cost.cost_usd == pytest.approx(per_task_usd / 2)
+    assert found.oracle_by_cost.accuracy == found.oracle.accuracy == pytest.approx(0.75)

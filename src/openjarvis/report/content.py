@@ -308,13 +308,11 @@ def routing_blocks(found: Sequence[tuple[str, Routing]]) -> list[Block]:
                 else "."
             ),
             "The oracle sends each task to the lowest-energy run that solves it (at least half "
-            "its samples pass), and a task none solves to the most accurate run. Energies mix "
+            "its samples pass), the oracle by API cost to the cheapest (then lowest-energy) "
+            "one, and a task none solves to the most accurate run. Energies mix "
             "the runs' scopes and methods: read them as a bound on what routing could save.",
         ]
-        rows = [_route_row(routing.oracle), _route_row(routing.best_single)]
-        if routing.cloud is not None:
-            rows.append(_route_row(routing.cloud))
-        tables = [TextTable(ROUTE_HEADINGS, tuple(rows))]
+        tables = [TextTable(ROUTE_HEADINGS, tuple(_route_row(r) for r in routing.routes()))]
         if routing.router:
             paragraphs.append(
                 "A router with accuracy p picks, for each task, between the best local choice "

@@ -3,7 +3,7 @@ which share of tasks some run gets right, what an oracle that sends each task to
 run that gets it right would spend, and a router that is right with probability p.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from openjarvis.report.gate import shared_tasks
@@ -50,7 +50,8 @@ class Routing:
     left_out: tuple[tuple[RunRecord, str], ...]
     coverage: float  # share of tasks at least one run gets right
     local_coverage: float | None  # the same over local runs; None without one
-    oracle: Route
+    oracle: Route  # the lowest-energy run that solves each task
+    oracle_by_cost: Route  # the lowest-API-cost run that solves each task (then energy)
     best_single: Route
     cloud: Route | None  # the most accurate cloud run; None without one
     # The two-choice router (the best local choice or the cloud run) right with probability p.
@@ -58,7 +59,12 @@ class Routing:
 
     def routes(self) -> list[Route]:
         """The oracle, the best single run, and the cloud run where there is one."""
-        return [self.oracle, self.best_single, *([self.cloud] if self.cloud else [])]
+        return [
+            self.oracle,
+            self.oracle_by_cost,
+            self.best_single,
+            *([self.cloud] if self.cloud else []),
+        ]
 
 
 def routing_json(found: Routing) -> dict[str, object]:
@@ -106,12 +112,23 @@ def _energy_key(outcome: _Outcome) -> float:
     return float("inf") if outcome.energy_j is None else outcome.energy_j
 
 
-def _oracle_index(outcomes: Sequence[_Outcome], fallback: int) -> int:
-    """The lowest-energy choice that gets the task right; `fallback` when none does."""
+def _cost_key(outcome: _Outcome) -> tuple[float, float]:
+    # Least API spend, then least energy; an unknown price is never the cheapest.
+    cost = float("inf") if outcome.cost_usd is None else outcome.cost_usd
+    return cost, _energy_key(outcome)
+
+
+def _oracle_index(
+    outcomes: Sequence[_Outcome],
+    fallback: int,
+    key: Callable[[_Outcome], object] = _energy_key,
+) -> int:
+    """The choice that gets the task right at the least `key` (energy unless told); `fallback`
+    when none does."""
     right = [i for i, outcome in enumerate(outcomes) if outcome.right]
     if not right:
         return fallback
-    return min(right, key=lambda i: (_energy_key(outcomes[i]), i))
+    return min(right, key=lambda i: (key(outcomes[i]), i))
 
 
 def _most_accurate(table: Sequence[Sequence[_Outcome]]) -> int:
@@ -156,6 +173,12 @@ def routing(
         [row[c] for row, c in zip(table, oracle_choice, strict=True)],
         any(estimated[c] for c in set(oracle_choice)),
     )
+    cost_choice = [_oracle_index(row, best, _cost_key) for row in table]
+    oracle_by_cost = _route(
+        "oracle by API cost",
+        [row[c] for row, c in zip(table, cost_choice, strict=True)],
+        any(estimated[c] for c in set(cost_choice)),
+    )
     best_single = _route(
         f"best single run: {short_label(kept[best])}", [row[best] for row in table], estimated[best]
     )
@@ -174,6 +197,7 @@ def routing(
         covered(columns),
         covered(local) if local else None,
         oracle,
+        oracle_by_cost,
         best_single,
         cloud_route,
         tuple(router),
