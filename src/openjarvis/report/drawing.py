@@ -18,6 +18,7 @@ from openjarvis.report.runs import (
     hardware_label,
     is_cloud,
     is_estimate,
+    run_tasks_text,
     scaled,
     short_label,
 )
@@ -158,11 +159,13 @@ def log_scale_if_wide(axes: Axes, values: Sequence[float | None], axis: str) -> 
 
 
 def row_labels(runs: Sequence[RunRecord]) -> list[str]:
-    """`model · hardware · engine`, and the suite where the rows are of more than one."""
+    """`model · hardware · engine`, the suite where the rows are of more than one, and n (the
+    tasks behind the run's figures)."""
     suites = len({run.suite for run in runs}) > 1
     return [
         two_lines(short_label(run))
         + (f" · {run.suite}" if suites else "")
+        + f" · n = {run_tasks_text(run)}"
         + (" (estimate)" if is_estimate(run) else "")
         for run in runs
     ]
