@@ -376,3 +376,40 @@ def test_a_chat_only_api_gets_the_harness_prompt_as_one_user_message(tasks_dir: 
     assert isinstance(request, ChatRequest)
     assert request.messages == (ChatMessage("user", task.prompt),)
     assert (request.stop, request.max_tokens, request.seed) == (("\n",), 8, 3)
+
+
+def test_chat_template_options_round_trip_and_are_checked() -> None:
+    name = (
+        "lm-eval:gsm8k?apply_chat_template=1&fewshot_as_multiturn=1&system_instruction=Be%20brief"
+    )
+    suite = parse_harness_suite(name)
+    assert (suite.apply_chat_template, suite.fewshot_as_multiturn) == (True, True)
+    assert suite.system_instruction == "Be b"
+    assert parse_harness_suite(harness_suite_name(suite)) == suite
+    assert parse_harness_suite("lm-eval:x?fewshot_seed=0").fewshot_seed == 0
+    with pytest.raises(UserError, match="apply_chat_template takes 1 \\(on\\) or 0"):
+        parse_harness_suite("lm-eval:x?apply_chat_template=yes")
+    with pytest.raises(UserError, match="fewshot_as_multiturn needs apply_chat_template=1"):
+        parse_harness_suite("lm-eval:x?fewshot_as_multiturn=1")
+
+
+def test_under_a_chat_template_a_generation_goes_as_chat_messages(tasks_dir: Path) -> None:
+    suite = (
+        f"lm-eval:tiny_gen?limit=1&num_fewshot=1&include={tasks_dir}&apply_chat_template=1"
+        "&fewshot_as_multiturn=1&system_instruction=Answer%20in%20one%20word."
+    )
+    task = load_harness_suite(suite)[0]
+    engine = ScriptedEngine("llamacpp", "4", [])
+    completion = answer_task(engine, task, task_request(task, "completion", 0.0, 0))
+    (request,) = engine.requests
+    assert isinstance(request, ChatRequest)
+    roles = [m.role for m in request.messages]
+    assert roles == ["system", "user", "assistant", "user"]  # the shot is a turn of its own
+    assert request.messages[0].content == "Answer in one word."
+    assert request.messages[-1].content == "Question: What is 2 + 2?\nAnswer:"
+    assert document(task).score(completion.text).passed
+
+
+def test_log_likelihood_under_a_chat_template_is_refused(tasks_dir: Path) -> None:
+    with pytest.raises(UserError, match="tiny_mc scores by log-likelihood, which OpenJarvis"):
+        load_harness_suite(f"lm-eval:tiny_mc?include={tasks_dir}&apply_chat_template=1")

@@ -37,6 +37,7 @@ from openjarvis.runtime.types import (
 __all__ = [
     "LOGPROB_ENGINE_KINDS",
     "SUITE_PREFIX",
+    "ChatContext",
     "HarnessDocument",
     "HarnessSuite",
     "check_harness_suite",
@@ -56,7 +57,15 @@ LOGPROB_ENGINE_KINDS = ("llamacpp", "torch")
 _CHAT_ONLY_ENGINE_KINDS = ("anthropic",)
 _DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's own default for generate_until
 _FEWSHOT_SEED = 1234  # lm-eval's default --seed for few-shot sampling
-_OPTIONS = ("limit", "num_fewshot", "include", "fewshot_seed")
+_OPTIONS = (
+    "limit",
+    "num_fewshot",
+    "include",
+    "fewshot_seed",
+    "apply_chat_template",
+    "fewshot_as_multiturn",
+    "system_instruction",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +78,11 @@ class HarnessSuite:
     num_fewshot: int | None = None  # None: each task's own default (lm-eval's)
     include: str | None = None  # a folder of the user's own task YAML files
     fewshot_seed: int = _FEWSHOT_SEED
+    # lm-eval's options of the same names: the prompt as chat messages, which the engine renders
+    # with the model's own template (generation tasks); few-shot examples as turns of their own.
+    apply_chat_template: bool = False
+    fewshot_as_multiturn: bool = False
+    system_instruction: str | None = None
 
 
 def is_harness_suite(name: str) -> bool:
@@ -82,6 +96,9 @@ def harness_suite_name(suite: HarnessSuite) -> str:
         "num_fewshot": suite.num_fewshot,
         "include": suite.include,
         "fewshot_seed": None if suite.fewshot_seed == _FEWSHOT_SEED else suite.fewshot_seed,
+        "apply_chat_template": 1 if suite.apply_chat_template else None,
+        "fewshot_as_multiturn": 1 if suite.fewshot_as_multiturn else None,
+        "system_instruction": suite.system_instruction,
     }
     query = "&".join(f"{k}={quote(str(v), safe='/')}" for k, v in options.items() if v is not None)
     return SUITE_PREFIX + ",".join(suite.tasks) + (f"?{query}" if query else "")
@@ -107,13 +124,27 @@ def parse_harness_suite(name: str) -> HarnessSuite:
     include = values.get("include")
     if include is not None:
         include = str(Path(include).expanduser().resolve())
-    return HarnessSuite(
+    seed = _whole(name, "fewshot_seed", values.get("fewshot_seed"), 0)
+    suite = HarnessSuite(
         tasks=tasks,
         limit=_whole(name, "limit", values.get("limit"), 1),
         num_fewshot=_whole(name, "num_fewshot", values.get("num_fewshot"), 0),
         include=include,
-        fewshot_seed=_whole(name, "fewshot_seed", values.get("fewshot_seed"), 0) or _FEWSHOT_SEED,
+        fewshot_seed=_FEWSHOT_SEED if seed is None else seed,
+        apply_chat_template=_flag(name, "apply_chat_template", values),
+        fewshot_as_multiturn=_flag(name, "fewshot_as_multiturn", values),
+        system_instruction=values.get("system_instruction") or None,
     )
+    if suite.fewshot_as_multiturn and not suite.apply_chat_template:
+        raise UserError(f"suite {name!r}: fewshot_as_multiturn needs apply_chat_template=1")
+    return suite
+
+
+def _flag(name: str, key: str, values: dict[str, str]) -> bool:
+    value = values.get(key, "0")
+    if value not in ("0", "1"):
+        raise UserError(f"suite {name!r}: {key} takes 1 (on) or 0 (off), not {value!r}")
+    return value == "1"
 
 
 def _whole(name: str, key: str, value: str | None, lowest: int) -> int | None:
@@ -252,8 +283,24 @@ def _documents(name: str, harness_task: Any, suite: HarnessSuite) -> list[Task]:
     elif harness_task.get_config("num_fewshot") is None:
         harness_task.set_config(key="num_fewshot", value=0)
     harness_task.set_fewshot_seed(seed=suite.fewshot_seed)
+    if suite.apply_chat_template and output_type != "generate_until":
+        raise UserError(
+            f"lm-eval task {name} scores by log-likelihood, which OpenJarvis does not yet run "
+            "under a chat template; leave apply_chat_template out for it"
+        )
     try:
-        harness_task.build_all_requests(limit=suite.limit, rank=0, world_size=1)
+        harness_task.build_all_requests(
+            limit=suite.limit,
+            rank=0,
+            world_size=1,
+            system_instruction=suite.system_instruction,
+            apply_chat_template=suite.apply_chat_template,
+            fewshot_as_multiturn=suite.fewshot_as_multiturn,
+            chat_template=_chat_messages if suite.apply_chat_template else None,
+            tokenizer_name="openjarvis-engine" if suite.apply_chat_template else "",
+        )
+    except UserError:
+        raise
     except Exception as error:  # a template or a dataset the harness cannot read
         raise UserError(
             f"lm-eval could not build the requests of task {name}: {_why(error)}"
@@ -284,6 +331,24 @@ def _documents(name: str, harness_task: Any, suite: HarnessSuite) -> list[Task]:
             )
         )
     return tasks
+
+
+class ChatContext(str):
+    """A prompt that lm-eval built as chat messages (apply_chat_template): their JSON, as its
+    API models carry them, sent as a ChatRequest that the engine renders with its own template."""
+
+    def messages(self) -> tuple[ChatMessage, ...]:
+        return tuple(ChatMessage(m["role"], m["content"]) for m in json.loads(self))
+
+
+def _chat_messages(chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    """lm-eval's chat_template callable: the messages kept as JSON until an engine renders them."""
+    if not add_generation_prompt:  # a gen_prefix: the answer's start written into the turn
+        raise UserError(
+            "this lm-eval task starts the model's answer itself (gen_prefix), which OpenJarvis "
+            "does not send under a chat template; leave apply_chat_template out for it"
+        )
+    return ChatContext(json.dumps(chat_history, ensure_ascii=False))
 
 
 def _primary_metric(name: str, harness_task: Any) -> tuple[str, str]:
@@ -365,14 +430,12 @@ class HarnessDocument:
             until = options.get("until") or ()
             max_tokens = int(options.get("max_gen_toks", _DEFAULT_MAX_GEN_TOKENS))
             stop = tuple([until] if isinstance(until, str) else until)
-            generation: Request = GenerationRequest(
-                context, max_tokens, stop, request.temperature, request.seed
-            )
-            if engine.kind in _CHAT_ONLY_ENGINE_KINDS:  # as lm-eval's anthropic-chat sends it
-                message = (ChatMessage("user", context),)
-                generation = ChatRequest(
-                    message, max_tokens, stop, request.temperature, request.seed
-                )
+            sampling = (max_tokens, stop, request.temperature, request.seed)
+            generation: Request = GenerationRequest(context, *sampling)
+            if isinstance(context, ChatContext):  # apply_chat_template: the engine renders it
+                generation = ChatRequest(context.messages(), *sampling)
+            elif engine.kind in _CHAT_ONLY_ENGINE_KINDS:  # as lm-eval's anthropic-chat sends it
+                generation = ChatRequest((ChatMessage("user", context),), *sampling)
             completion = engine.generate(generation)
             return completion.text, completion
         raise UserError(f"lm-eval task {self.task_name} sends {kind} requests, not supported")
