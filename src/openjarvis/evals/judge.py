@@ -17,10 +17,7 @@ from urllib.parse import parse_qsl, quote
 
 from openjarvis import __version__
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import compute_figures, task_figures
 from openjarvis.evals.types import ExecutionResult, ExecutionStatus, Task
-from openjarvis.power import Meter, WindowHandle
-from openjarvis.power.types import WindowEnergy
 from openjarvis.runtime.engines import (
     ENGINE_KINDS,
     LOCAL_ENGINE_KINDS,
@@ -37,10 +34,12 @@ from openjarvis.runtime.types import (
     GenerationRequest,
     Request,
 )
-from openjarvis.store.records import EnergyRecord, RunRecord, TaskResultRecord
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the store pulls in SQLAlchemy: `ipw suites` reads suite names through here
+    from openjarvis.power import Meter, WindowHandle
+    from openjarvis.power.types import WindowEnergy
     from openjarvis.store import Store
+    from openjarvis.store.records import RunRecord
 
 __all__ = [
     "JUDGE_PROMPT",
@@ -232,6 +231,8 @@ class Judge:
 
     def finish(self, state: str) -> None:
         """Save the verdicts still settling and close the judge's run with its figures."""
+        from openjarvis.evals.metrics import compute_figures, task_figures
+
         if self._pending:
             self._meter.settle()
             while self._pending:
@@ -249,6 +250,8 @@ class Judge:
         self._store.finish_run(self.run_id, state, summary)
 
     def _save(self, verdict: _Verdict, window: WindowEnergy | None) -> None:
+        from openjarvis.store.records import EnergyRecord, TaskResultRecord
+
         completion = verdict.completion
         estimate = completion.energy_estimate
         if window is not None:
@@ -323,6 +326,8 @@ def judging(
     if spec is None:
         yield tasks
         return
+    from openjarvis.store.records import RunRecord
+
     if spec.engine in LOCAL_ENGINE_KINDS and run.concurrency > 1:
         # Its windows would overlap the judged model's, which then share their joules by work.
         store.finish_run(run.id or "", "failed", None)
