@@ -1,6 +1,7 @@
 """Does decoding several sequences per llama_decode pay on the CPU? N sequences decoded one after
-another through llama-cpp-python's high-level path, against the same N decoded together (one
-llama_decode per step, one token per sequence, distinct seq_ids in one context), side by side.
+another through llama-cpp-python's high-level path (a), against the same N decoded together (b:
+one llama_decode per step, one token per sequence, distinct seq_ids in one context), and against
+N requests sent at once from N threads to LlamaCppEngine, whose scheduler batches them (c).
 
 Both sides sample with the chain the engine uses (llama-cpp-python's own, greedy at temperature
 0), so the greedy tokens must match sequence by sequence; the script says whether they do. The
@@ -11,6 +12,7 @@ Run: .venv/bin/python benchmarks/llamacpp_batch.py [--rounds 3] [--threads 1]
 import argparse
 import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import llama_cpp
+
+    from openjarvis.runtime.llamacpp import LlamaCppEngine
 
 __all__: list[str] = []
 
@@ -116,6 +120,27 @@ def together(
     return Timing(first_s - start_s, end_s - first_s, outputs)
 
 
+def through_engine(engine: "LlamaCppEngine", texts: list[str], max_tokens: int) -> float:
+    """N requests from N threads at once through the engine: new tokens per second of wall."""
+    from openjarvis.runtime.types import GenerationRequest
+
+    counts: list[int] = []
+    start = threading.Barrier(len(texts) + 1)
+
+    def run(text: str) -> None:
+        start.wait()
+        counts.append(engine.generate(GenerationRequest(text, max_tokens)).completion_tokens)
+
+    threads = [threading.Thread(target=run, args=(text,)) for text in texts]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    start_s = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return sum(counts) / (time.perf_counter() - start_s)
+
+
 def batch_context(
     llama: "llama_cpp.Llama", sequences: int, per_sequence_ctx: int, unified: bool
 ) -> "llama_cpp._internals.LlamaContext":
@@ -146,7 +171,12 @@ def main() -> None:
     from openjarvis.runtime.models import resolve_model
 
     model = resolve_model(None)
-    settings = LlamaCppSettings(n_ctx=512, n_threads=args.threads, reuse_prompt_cache=False)
+    settings = LlamaCppSettings(
+        n_ctx=512,
+        n_threads=args.threads,
+        reuse_prompt_cache=False,
+        max_sequences=max(args.sequences),
+    )
     engine = LlamaCppEngine(model.path, settings)  # our load path: threads, GPU placement
     llama = engine._llama
     prompts = [llama.tokenize(prompt(task).encode()) for task in TASKS]
@@ -167,18 +197,34 @@ def main() -> None:
     one_after_another(llama, warm, 4)
     for n in args.sequences:
         together(llama, contexts[n], batch, prompts[:1] * n, 4)
+    texts = [prompt(task) for task in TASKS]
+    through_engine(engine, texts[:1], 4)
     results: dict[int, dict[str, list[Timing]]] = {n: {"a": [], "b": []} for n in args.sequences}
+    engine_rates: dict[int, list[float]] = {n: [] for n in args.sequences}
     for index in range(args.rounds):
         for n in args.sequences:
-            sides = ("a", "b") if index % 2 == 0 else ("b", "a")
+            sides = ("a", "b", "c") if index % 2 == 0 else ("c", "b", "a")
             for side in sides:
                 if side == "a":
                     timing = one_after_another(llama, prompts[:n], args.max_tokens)
-                else:
+                elif side == "b":
                     timing = together(llama, contexts[n], batch, prompts[:n], args.max_tokens)
+                else:
+                    engine_rates[n].append(through_engine(engine, texts[:n], args.max_tokens))
+                    continue
                 results[n][side].append(timing)
     print(f"load average at end: {os.getloadavg()[0]:.2f}\n")
     report(results)
+    print("\n| N | (c) engine, N at once: end-to-end tok/s | ratio to (a) end to end | rounds |")
+    print("| ---: | ---: | ---: | --- |")
+    for n, rates in engine_rates.items():
+        base = statistics.median(t.total_tokens_per_s() for t in results[n]["a"])
+        rounds = ", ".join(
+            f"{rate / t.total_tokens_per_s():.2f}"
+            for rate, t in zip(rates, results[n]["a"], strict=True)
+        )
+        median = statistics.median(rates)
+        print(f"| {n} | {median:.1f} | **{median / base:.2f}** | {rounds} |")
     batch.close()
     for context in contexts.values():
         context.close()
