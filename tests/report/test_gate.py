@@ -10,7 +10,7 @@ import pytest
 from openjarvis.evals.metrics import compute_figures, task_figures
 from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
 from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict
-from openjarvis.report.uncertainty import small_n_warning, wilson_interval
+from openjarvis.report.uncertainty import run_figure_text, small_n_warning, wilson_interval
 from openjarvis.store import RunRecord, TaskResultRecord, open_store
 from tests.report.test_routing import make_task
 from tests.synthetic import add_run, make_host
@@ -202,3 +202,14 @@ def test_an_unknown_energy_gives_no_ratio_and_says_why() -> None:
     assert found.sentence().endswith(
         "cannot be compared on energy (energy-unknown) over the 5 tasks both ran."
     )
+
+
+def test_the_runs_table_shows_0_of_5_with_its_wilson_interval_not_0_0() -> None:
+    zero = {"value": 0.0, "low": 0.0, "high": 0.0, "null_reason": None}
+    summary = {"tasks": 5, "samples": 1, "accuracy": zero, "accuracy_per_joule": zero}
+    estimated = run("z", "small", engine="llamacpp", method="estimate", summary=summary)
+    assert run_figure_text(estimated, "accuracy") == "0/5 = 0% [0%, 43%]"
+    assert run_figure_text(estimated, "accuracy_per_joule", 1000.0) == "0 (none passed) est."
+    # Unequal samples per task: the rate is no count over trials, so the bootstrap stays.
+    uneven = {**summary, "accuracy": {"value": 0.3125, "low": 0.1, "high": 0.5}, "samples": 2}
+    assert run_figure_text(replace(estimated, summary=uneven), "accuracy") == "0.312 [0.1, 0.5]"

@@ -18,14 +18,11 @@ from openjarvis.report.plot import Plot
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
     energy_label,
-    figure,
-    format_interval,
     host_label,
-    mark_estimate,
     run_tasks_text,
-    scaled,
     short_label,
 )
+from openjarvis.report.uncertainty import run_figure_text
 from openjarvis.store import RunRecord
 
 __all__ = ["render_html"]
@@ -84,9 +81,7 @@ def _run_table(runs: Sequence[RunRecord]) -> str:
         row = "".join(f'<td class="text">{escape(cell)}</td>' for cell in cells)
         for name in RUN_TABLE_COLUMNS:
             scale = 1000.0 if name == "accuracy_per_joule" else 1.0  # passes per kJ
-            text = format_interval(*scaled(figure(run, name), scale))
-            if name != "accuracy":
-                text = mark_estimate(text, run)
+            text = run_figure_text(run, name, scale)
             css = ' class="estimate"' if text.endswith(" est.") else ""
             row += f"<td{css}>{escape(text)}</td>"
         lines.append(f"<tr>{row}</tr>")

@@ -180,6 +180,7 @@ def tokens_plot(groups: Sequence[RunRecord], colours: Mapping[str, str]) -> Plot
                 fontsize=8,
                 color="0.25",
             )
+        axes.margins(x=0.15)  # room for the rightmost point's name
         log_scale_if_wide(axes, [_rate(run) for run in drawn], "x")
         log_scale_if_wide(axes, [_per_token(run)[0] for run in drawn], "y")
         axes.set_xlabel("decode tokens/s (median task), faster to the right")

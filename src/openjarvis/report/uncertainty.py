@@ -5,7 +5,7 @@ estimated energy, and the small-n warning (docs/report.md, "Uncertainty").
 import math
 from dataclasses import dataclass
 
-from openjarvis.report.runs import is_cloud
+from openjarvis.report.runs import figure, format_interval, is_cloud, mark_estimate, scaled
 from openjarvis.store import RunRecord
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "EstimateBand",
     "banded_energy_j",
     "estimate_band",
+    "run_figure_text",
     "small_n_warning",
     "wilson_interval",
 ]
@@ -100,3 +101,41 @@ def banded_energy_j(
         energy_j - estimated_j * (1 - band.low_factor),
         energy_j + estimated_j * (band.high_factor - 1),
     )
+
+
+# Ratios with accuracy on top: a run that passed nothing has 0 in every resample, and an
+# interval of [0, 0] would claim a certainty that 0 passes lack.
+ACCURACY_RATIOS = (
+    "accuracy_per_joule",
+    "accuracy_per_joule_net",
+    "accuracy_per_watt",
+    "accuracy_per_watt_net",
+)
+
+
+def _stored_accuracy_text(run: RunRecord) -> str | None:
+    """`passed/trials = rate [Wilson]` from the stored summary; None where the counts cannot be
+    told (no summary, or tasks sampled unequally, so the rate is no count over trials)."""
+    summary = run.summary or {}
+    accuracy = figure(run, "accuracy")[0]
+    tasks, samples = summary.get("tasks"), summary.get("samples")
+    if accuracy is None or not isinstance(tasks, int) or not isinstance(samples, int):
+        return None
+    trials = tasks * samples
+    passed = round(accuracy * trials)
+    interval = wilson_interval(passed, trials)
+    if interval is None or abs(passed / trials - accuracy) > 1e-9:
+        return None
+    return f"{passed}/{trials} = {accuracy:.0%} [{interval[0]:.0%}, {interval[1]:.0%}]"
+
+
+def run_figure_text(run: RunRecord, name: str, scale: float = 1.0) -> str:
+    """A figure of the run's stored summary as the runs tables show it: accuracy as
+    `passed/trials = rate [Wilson interval]` where the summary gives the counts, a ratio over a
+    run that passed nothing as `0 (none passed)`, energy figures of estimates marked `est.`."""
+    if name == "accuracy":
+        return _stored_accuracy_text(run) or format_interval(*figure(run, name))
+    none_passed = figure(run, "accuracy")[0] == 0
+    if name in ACCURACY_RATIOS and none_passed and figure(run, name)[0] is not None:
+        return mark_estimate("0 (none passed)", run)
+    return mark_estimate(format_interval(*scaled(figure(run, name), scale)), run)

@@ -42,17 +42,16 @@ from openjarvis.report.runs import (
     coverage_missing,
     energy_label,
     figure,
-    format_interval,
     host_label,
     is_cloud,
     is_estimate,
     is_partial,
-    mark_estimate,
     run_row,
     run_tasks_text,
     run_to_dict,
     short_label,
 )
+from openjarvis.report.uncertainty import run_figure_text
 from openjarvis.store import PowerSeries, RunRecord, TaskResultRecord
 
 __all__ = ["PlotWorkers", "ReportData", "ReportFiles", "write_report"]
@@ -262,8 +261,7 @@ def _markdown(
             run_tasks_text(run),
         ]
         for name in FIGURE_COLUMNS:
-            text = format_interval(*figure(run, name))
-            cells.append(text if name == "accuracy" else mark_estimate(text, run))
+            cells.append(run_figure_text(run, name))
         lines.append(_markdown_row(cells))
     headings = ["run", "model · hardware · engine", *ACCOUNTING_HEADINGS]
     lines += ["", "## Energy accounting", "", _markdown_row(headings)]
