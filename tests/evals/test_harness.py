@@ -384,7 +384,7 @@ def test_chat_template_options_round_trip_and_are_checked() -> None:
     )
     suite = parse_harness_suite(name)
     assert (suite.apply_chat_template, suite.fewshot_as_multiturn) == (True, True)
-    assert suite.system_instruction == "Be b"
+    assert suite.system_instruction == "Be brief"
     assert parse_harness_suite(harness_suite_name(suite)) == suite
     assert parse_harness_suite("lm-eval:x?fewshot_seed=0").fewshot_seed == 0
     with pytest.raises(UserError, match="apply_chat_template takes 1 \\(on\\) or 0"):
