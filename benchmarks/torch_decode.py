@@ -70,7 +70,7 @@ def run_one(
         energy = None
     decode_s = times[-1] - times[0]
     tokens_per_s = (len(times) - 1) / decode_s
-    bytes_per_token = engine.decode_bytes_per_token()
+    bytes_per_token = engine.weight_bytes() + engine.kv_bytes(prompt + tokens / 2)
     result = {
         "preset": preset,
         "tp": tp,
@@ -208,7 +208,7 @@ def main() -> None:
         if "error" in r:
             print(f"{r['configuration']:<28} failed")
             continue
-        graph = "graph" if r["settings"]["cuda_graph"] else "nograph"
+        graph = "graph" if r["settings"]["cuda_graphs"] else "nograph"
         compiled = "eager"
         if r["settings"]["compile"]:
             autotuned = r["settings"]["compile_mode"] != "default"

@@ -1,10 +1,10 @@
 """Decode attention over the paged KV cache: one query token per sequence, keys and values read
-block by block through the sequence's block table, softmax kept online (flash-decoding's inner
-loop without the split over the sequence).
+through the sequence's block table, softmax kept online, and the context split over several
+programs when the batch alone cannot fill the GPU (flash-decoding), their parts combined after.
 
-One program per (sequence, KV head) computes all the query heads that share that KV head, so
-each key and value is read once per step. A registered operator: torch.compile and CUDA graphs
-see one opaque call.
+One program per (sequence, KV head, split) computes all the query heads that share that KV head,
+so each key and value is read once per step; it reads TILE positions per iteration (several
+blocks at once). A registered operator: torch.compile and CUDA graphs see one opaque call.
 """
 
 import torch
@@ -14,6 +14,9 @@ from torch import Tensor
 
 __all__ = ["paged_decode_attention"]
 
+TILE = 64  # key positions per iteration of a program
+_TARGET_PROGRAMS = 264  # two per SM of an H100/H200: enough to hide memory latency
+
 
 @triton.jit
 def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton types its arguments at launch
@@ -22,9 +25,12 @@ def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tr
     v_ptr,
     table_ptr,  # [B, W] int32
     context_ptr,  # [B] long: keys 0..context-1 are visible
-    out_ptr,  # [B, heads, head_dim]
+    best_ptr,  # [B, heads, SPLITS] float32: each split's running max of the scores
+    total_ptr,  # [B, heads, SPLITS] float32: its sum of exp(score - max)
+    acc_ptr,  # [B, heads, SPLITS, head_dim] float32: its weighted sum of values
     scale,
     window,  # 0: none; else a query at p sees keys p - window + 1 .. p
+    part,  # key positions per split (a multiple of TILE)
     table_stride,
     kv_block_stride,
     kv_token_stride,
@@ -32,13 +38,16 @@ def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tr
     GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK: tl.constexpr,
+    TILE: tl.constexpr,
 ):
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    splits = tl.num_programs(2)
     context = tl.load(context_ptr + row).to(tl.int32)
     heads = tl.arange(0, GROUP_PAD)
     dims = tl.arange(0, HEAD_DIM)
-    offsets = tl.arange(0, BLOCK)
+    offsets = tl.arange(0, TILE)
     head_ok = heads < GROUP
     n_heads = tl.num_programs(1) * GROUP
     q_rows = row * n_heads + kv_head * GROUP + heads
@@ -47,18 +56,20 @@ def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tr
     best = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     total = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-    first_key = 0
+    low = split * part
     if window > 0:
-        first_key = tl.maximum(context - window, 0)
-    for start in range((first_key // BLOCK) * BLOCK, context, BLOCK):
-        block = tl.load(table_ptr + row * table_stride + start // BLOCK)
+        low = tl.maximum(low, context - window)
+    high = tl.minimum((split + 1) * part, context)
+    # Every tile starts at a visible key, so no row of scores is all -inf.
+    for start in range(low, high, TILE):
         keys = start + offsets
-        visible = (keys < context) & (keys >= first_key)
-        base = block.to(tl.int64) * kv_block_stride + kv_head * HEAD_DIM
-        where = base + offsets[:, None] * kv_token_stride + dims[None, :]
+        visible = keys < high
+        block = tl.load(table_ptr + row * table_stride + keys // BLOCK, mask=visible, other=0)
+        base = block.to(tl.int64) * kv_block_stride + (keys % BLOCK) * kv_token_stride
+        where = base[:, None] + kv_head * HEAD_DIM + dims[None, :]
         k = tl.load(k_ptr + where, mask=visible[:, None], other=0.0)
         v = tl.load(v_ptr + where, mask=visible[:, None], other=0.0)
-        scores = tl.dot(q, tl.trans(k))  # [GROUP_PAD, BLOCK], float32
+        scores = tl.dot(q, tl.trans(k))  # [GROUP_PAD, TILE], float32
         scores = tl.where(visible[None, :], scores, float("-inf"))
         new_best = tl.maximum(best, tl.max(scores, axis=1))
         rescale = tl.exp(best - new_best)
@@ -66,12 +77,35 @@ def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tr
         total = total * rescale + tl.sum(p, axis=1)
         acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
         best = new_best
-    out = acc / total[:, None]
-    tl.store(
-        out_ptr + q_rows[:, None] * HEAD_DIM + dims[None, :],
-        out.to(out_ptr.dtype.element_ty),
-        mask=head_ok[:, None],
-    )
+    part_rows = q_rows * splits + split
+    tl.store(best_ptr + part_rows, best, mask=head_ok)
+    tl.store(total_ptr + part_rows, total, mask=head_ok)
+    tl.store(acc_ptr + part_rows[:, None] * HEAD_DIM + dims[None, :], acc, mask=head_ok[:, None])
+
+
+@triton.jit
+def _combine_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton types its arguments at launch
+    best_ptr,  # [B * heads, SPLITS]
+    total_ptr,
+    acc_ptr,  # [B * heads, SPLITS, head_dim]
+    out_ptr,  # [B * heads, head_dim]
+    SPLITS: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    """Each split's softmax part rescaled to the common max, summed, and normalised."""
+    row = tl.program_id(0)
+    parts = tl.arange(0, SPLITS_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    used = parts < SPLITS
+    best = tl.load(best_ptr + row * SPLITS + parts, mask=used, other=float("-inf"))
+    total = tl.load(total_ptr + row * SPLITS + parts, mask=used, other=0.0)
+    where = (row * SPLITS + parts)[:, None] * HEAD_DIM + dims[None, :]
+    acc = tl.load(acc_ptr + where, mask=used[:, None], other=0.0)
+    top = tl.max(best, axis=0)
+    weight = tl.where(best > float("-inf"), tl.exp(best - top), 0.0)  # empty splits weigh 0
+    out = tl.sum(acc * weight[:, None], axis=0) / tl.sum(total * weight, axis=0)
+    tl.store(out_ptr + row * HEAD_DIM + dims, out.to(out_ptr.dtype.element_ty))
 
 
 @torch.library.custom_op("openjarvis::paged_decode_attention", mutates_args=())
@@ -87,16 +121,26 @@ def _paged_decode_op(
     batch, heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     group = heads // kv_heads
-    out = torch.empty_like(q)
-    _paged_decode_kernel[(batch, kv_heads)](
+    # Split the context only as far as it takes to fill the GPU, and never below one tile.
+    span = block_tables.size(1) * block_size
+    splits = max(1, min(-(-_TARGET_PROGRAMS // (batch * kv_heads)), -(-span // TILE)))
+    part = -(-span // splits // TILE) * TILE
+    splits = -(-span // part)
+    best = torch.empty(batch, heads, splits, device=q.device, dtype=torch.float32)
+    total = torch.empty_like(best)
+    acc = torch.empty(batch, heads, splits, head_dim, device=q.device, dtype=torch.float32)
+    _paged_decode_kernel[(batch, kv_heads, splits)](
         q,
         k_cache,
         v_cache,
         block_tables,
         context,
-        out,
+        best,
+        total,
+        acc,
         scale,
         window,
+        part,
         block_tables.stride(0),
         k_cache.stride(0),
         k_cache.stride(1),
@@ -104,7 +148,13 @@ def _paged_decode_op(
         GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim,
         BLOCK=block_size,
+        TILE=TILE,
     )
+    out = torch.empty_like(q)
+    _combine_kernel[(batch * heads,)](
+        best, total, acc, out, SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits),
+        HEAD_DIM=head_dim,
+    )  # fmt: skip
     return out
 
 

@@ -314,6 +314,8 @@ class TorchEngine:
         try:
             while True:
                 with self._wake:
+                    if not self._inbox and scheduler.idle:
+                        scheduler.deliver()
                     while not self._inbox and scheduler.idle and not self._closing:
                         self._wake.wait()
                     arrived, self._inbox = self._inbox, []
@@ -325,7 +327,9 @@ class TorchEngine:
                     except ValueError as error:
                         sequence.outbox.put(UserError(str(error)))
                 step = scheduler.next_step()
-                if step is not None:
+                if step is None:
+                    scheduler.deliver()
+                else:
                     self._run(step)
         except BaseException as error:
             with self._wake:
@@ -336,10 +340,13 @@ class TorchEngine:
             scheduler.fail(error)
 
     def _run(self, step: Step) -> None:
+        """Launch the step, hand the last step's tokens over while the GPU runs it, then wait
+        for its tokens."""
         start_s = time.monotonic()
         inputs = self._runner.share(StepInputs.of(step, BLOCK_SIZE))
         assert inputs is not None
         logits = self._runner.run(inputs)
+        self._scheduler.deliver()
         picked = self._pick(step, logits)  # waits for the step to finish
         end_s = time.monotonic()
         for row, row_logits in zip(step.rows, logits, strict=True):

@@ -43,6 +43,21 @@ class Layout:
         return visible
 
 
+@torch.library.custom_op("openjarvis::write_kv", mutates_args=("k_cache", "v_cache"))
+def _write_kv(k_cache: Tensor, v_cache: Tensor, slots: Tensor, k: Tensor, v: Tensor) -> None:
+    """An operator that writes in place: traced as a plain copy, torch.compile would copy the
+    whole cache on every step (it cannot prove that an indexed write leaves the rest alone)."""
+    flat = slots.reshape(-1)
+    heads, head_dim = k.shape[-2:]
+    k_cache.view(-1, heads, head_dim).index_copy_(0, flat, k.reshape(-1, heads, head_dim))
+    v_cache.view(-1, heads, head_dim).index_copy_(0, flat, v.reshape(-1, heads, head_dim))
+
+
+@_write_kv.register_fake
+def _(k_cache: Tensor, *_: object) -> None:
+    return None
+
+
 class PagedKV(nn.Module):
     """One layer's keys and values: [blocks, block_size, kv_heads, head_dim] each."""
 
@@ -66,10 +81,7 @@ class PagedKV(nn.Module):
 
     def write(self, slots: Tensor, k: Tensor, v: Tensor) -> None:
         """k, v: [B, T, kv_heads, head_dim] into their slots ([B, T])."""
-        flat = slots.reshape(-1)
-        heads, head_dim = k.shape[-2:]
-        self.k.view(-1, heads, head_dim).index_copy_(0, flat, k.reshape(-1, heads, head_dim))
-        self.v.view(-1, heads, head_dim).index_copy_(0, flat, v.reshape(-1, heads, head_dim))
+        torch.ops.openjarvis.write_kv(self.k, self.v, slots, k, v)
 
     def attend(
         self,
@@ -91,6 +103,13 @@ class PagedKV(nn.Module):
             )
             return out[:, None]
         assert mask is not None, "the gathered path needs the step's mask"
+        return self.gathered(q, layout, mask, scale, softcap)
+
+    def gathered(
+        self, q: Tensor, layout: Layout, mask: Tensor, scale: float, softcap: float | None
+    ) -> Tensor:
+        """Attention over each row's blocks gathered into one tensor (prefill, the CPU, and
+        the reference the decode kernel is checked against)."""
         batch, length, heads, head_dim = q.shape
         kv_heads = self.k.size(2)
         # [B, W, block, kv, hd] -> [B, kv, S, hd]

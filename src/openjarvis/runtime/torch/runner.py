@@ -63,24 +63,33 @@ class StepInputs:
 
     @classmethod
     def of(cls, step: Step, block_size: int) -> "StepInputs":
+        """Built in Python lists and turned into tensors once: a decode step of a hundred
+        rows costs one tensor per field, not one per row."""
         rows = step.rows
         length = max(len(row.tokens) for row in rows)
         width = max(len(row.sequence.blocks) for row in rows)
-        tokens = torch.zeros(len(rows), length, dtype=torch.long)
-        positions = torch.zeros(len(rows), length, dtype=torch.long)
-        slots = torch.full((len(rows), length), SCRATCH_BLOCK * block_size, dtype=torch.long)
-        tables = torch.full((len(rows), width), SCRATCH_BLOCK, dtype=torch.int32)
-        for i, row in enumerate(rows):
+        scratch = SCRATCH_BLOCK * block_size
+        tokens, positions, slots, tables = [], [], [], []
+        for row in rows:
             blocks = row.sequence.blocks
-            size = len(row.tokens)
-            where = torch.arange(row.start, row.start + size)
-            table = torch.tensor(blocks, dtype=torch.long)
-            tokens[i, length - size :] = torch.tensor(row.tokens)
-            positions[i, length - size :] = where
-            slots[i, length - size :] = table[where // block_size] * block_size + where % block_size
-            tables[i, : len(blocks)] = table.to(torch.int32)
+            pad = length - len(row.tokens)
+            where = range(row.start, row.start + len(row.tokens))
+            tokens.append([0] * pad + row.tokens)
+            positions.append([0] * pad + list(where))
+            slots.append(
+                [scratch] * pad
+                + [blocks[p // block_size] * block_size + p % block_size for p in where]
+            )
+            tables.append(blocks + [SCRATCH_BLOCK] * (width - len(blocks)))
         last_only = not any(row.sequence.all_logits for row in rows)
-        return cls(step.kind == "decode", last_only, tokens, positions, slots, tables)
+        return cls(
+            step.kind == "decode",
+            last_only,
+            torch.tensor(tokens, dtype=torch.long),
+            torch.tensor(positions, dtype=torch.long),
+            torch.tensor(slots, dtype=torch.long),
+            torch.tensor(tables, dtype=torch.int32),
+        )
 
     def pack(self) -> tuple[Tensor, Tensor]:
         batch, length = self.tokens.shape
@@ -281,6 +290,9 @@ class Runner:
             static.slots[:bucket],
             static.tables[:bucket],
         )
+        if bucket > 1:  # one compiled graph serves every bucket above one (batch symbolic)
+            for argument in arguments:
+                torch._dynamo.mark_dynamic(argument, 0)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):

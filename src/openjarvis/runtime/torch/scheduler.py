@@ -84,6 +84,10 @@ class Scheduler:
         self.max_seq_len = max_seq_len
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        # Tokens and ends decided but not yet handed to the consumers: the engine hands them
+        # over while the GPU runs the next step (deliver), so waking consumer threads costs
+        # the GPU nothing.
+        self._undelivered: list[tuple[Sequence, Delivery]] = []
 
     def add(self, sequence: Sequence) -> None:
         """Queue a sequence; one that could never fit is refused at once."""
@@ -143,7 +147,8 @@ class Scheduler:
         self, step: Step, picked: list[int | None], start_s: float, end_s: float
     ) -> None:
         """Record the step: each row's tokens are cached now; sampled rows get their token,
-        delivered with the step's end time; finished sequences give their blocks back."""
+        stamped with the step's end time (delivered by `deliver`); finished sequences give
+        their blocks back."""
         total = step.tokens
         for row, token in zip(step.rows, picked, strict=True):
             sequence = row.sequence
@@ -156,7 +161,7 @@ class Scheduler:
                 continue
             assert token is not None, "a sampled row has its token"
             sequence.output.append(token)
-            sequence.outbox.put((token, end_s))
+            self._undelivered.append((sequence, (token, end_s)))
             if token in sequence.end_tokens or len(sequence.output) >= sequence.max_tokens:
                 self._finish(sequence)
 
@@ -165,10 +170,17 @@ class Scheduler:
         self.running.remove(sequence)
         self.pool.give_back(sequence.blocks)
         sequence.blocks = []
-        sequence.outbox.put(None)
+        self._undelivered.append((sequence, None))
+
+    def deliver(self) -> None:
+        """Hand the decided tokens and ends to their consumers."""
+        undelivered, self._undelivered = self._undelivered, []
+        for sequence, item in undelivered:
+            sequence.outbox.put(item)
 
     def fail(self, error: BaseException) -> None:
         """The step failed: every sequence gets the error and its blocks back."""
+        self.deliver()
         for sequence in [*self.running, *self.waiting]:
             sequence.outbox.put(error)
             sequence.finished = True
