@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--profile", action="store_true", help="top GPU kernels at batch 1")
+    parser.add_argument("--profile", type=int, metavar="N", help="top GPU kernels at batch N")
     args = parser.parse_args()
     import pynvml
 
@@ -147,7 +147,7 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
-            run_batch(engine, 1, args.prompt, 32, handle)
+            run_batch(engine, args.profile, args.prompt, 32, handle)
         print(trace.key_averages().table(sort_by="cuda_time_total", row_limit=12))
     if args.out:
         summary = {
