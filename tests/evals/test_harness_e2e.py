@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from openjarvis.errors import RunInterrupted
+from openjarvis.evals.harness import HarnessDocument, fold_harness_options
+from openjarvis.evals.runner import MeasureSpec, resume_measure, run_measure
+from openjarvis.runtime.types import Completion, Engine, Request
 from openjarvis.store import open_store
 from tests.cli.test_measure_e2e import run_ipw
 from tests.evals.test_harness import write_tasks
@@ -117,3 +121,40 @@ def test_harness_options_are_refused_for_other_suites(env: dict[str, str]) -> No
         "error: --num-fewshot and --lm-eval-include are for lm-eval suites; "
         "use --suite lm-eval:TASK[,TASK...]"
     )
+
+
+@pytest.mark.e2e
+def test_an_interrupted_harness_run_resumes_with_the_same_documents(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during the second document; --resume rebuilds the suite from its stored name and
+    runs only that document."""
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "HF_DATASETS_CACHE"):
+        monkeypatch.setenv(name, env[name])
+    folder = write_tasks(tmp_path / "tasks")
+    db = str(tmp_path / "runs.db")
+    suite, limit = fold_harness_options("lm-eval:tiny_gen", 2, None, str(folder))
+    answer = HarnessDocument.answer
+    calls: list[str] = []
+
+    def interrupted_at_the_second(
+        self: HarnessDocument, engine: Engine, request: Request
+    ) -> Completion:
+        calls.append(self.task_name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return answer(self, engine, request)
+
+    monkeypatch.setattr(HarnessDocument, "answer", interrupted_at_the_second)
+    spec = MeasureSpec(suite=suite, limit=limit, idle_seconds=0, db_url=db, allow_shared=True)
+    with pytest.raises(RunInterrupted) as stopped:
+        run_measure(spec)
+    assert stopped.value.tasks_saved == 1
+    monkeypatch.setattr(HarnessDocument, "answer", answer)
+    result = resume_measure(stopped.value.run_id, db, allow_shared=True)
+    assert result.resumed_tasks == 1
+    with open_store(db) as store:
+        run = store.get_run(result.run_id)
+        results = store.task_results(result.run_id)
+    assert run.state == "complete" and run.suite == suite
+    assert [r.task_id for r in results] == ["tiny_gen/0", "tiny_gen/1"]
