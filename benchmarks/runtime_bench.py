@@ -8,9 +8,10 @@ Run: .venv/bin/python benchmarks/runtime_bench.py [--rounds 5] [--max-tokens 256
 
 import argparse
 import os
+import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import llama_cpp
@@ -18,7 +19,13 @@ import openai
 
 from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
 from openjarvis.runtime.models import resolve_model
-from openjarvis.runtime.types import GenerationRequest
+from openjarvis.runtime.types import (
+    Completion,
+    GenerationRequest,
+    Request,
+    StreamChunk,
+    final_completion,
+)
 from openjarvis.serve import running_server
 
 __all__: list[str] = []
@@ -83,6 +90,52 @@ def served(client: openai.OpenAI, max_tokens: int, tokens: int) -> Timing:
     return _from_arrivals(start_s, arrivals_s, tokens, "".join(pieces))
 
 
+class InstantEngine:
+    """Tokens as fast as Python yields them: a request's time through the server is then the
+    serving path's own cost per token (thread hand-off, JSON, SSE, HTTP, the client's parse)."""
+
+    kind = "instant"
+    model_name = "instant"
+    devices: tuple[int, ...] = ()
+    concurrency = 1
+
+    def settings_dict(self) -> dict[str, object]:
+        return {}
+
+    def stream(self, request: Request) -> Generator[StreamChunk]:
+        count = request.max_tokens or 1
+        start_s = time.monotonic()
+        times_s = []
+        for _ in range(count):
+            times_s.append(time.monotonic())
+            yield StreamChunk("x ", times_s[-1])
+        end_s = time.monotonic()
+        completion = Completion(
+            text="x " * count,
+            prompt_tokens=1,
+            completion_tokens=count,
+            finish_reason="length",
+            wall_s=end_s - start_s,
+            ttft_s=times_s[0] - start_s,
+            decode_s=times_s[-1] - times_s[0],
+        )
+        yield StreamChunk("", end_s, completion)
+
+    def generate(self, request: Request) -> Completion:
+        return final_completion(self.stream(request))
+
+    def close(self) -> None:
+        pass
+
+
+def serving_cost_us(tokens: int = 2000, repeats: int = 5) -> float:
+    """Median microseconds per token through `jarvis serve` and the openai client."""
+    with running_server(InstantEngine(), None) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="bench", max_retries=0)
+        rates = [served(client, tokens, tokens).decode_tokens_per_s for _ in range(repeats)]
+    return 1e6 / statistics.median(rates)
+
+
 def rounds(contenders: dict[str, Callable[[], Timing]], count: int) -> dict[str, list[Timing]]:
     results: dict[str, list[Timing]] = {name: [] for name in contenders}
     names = list(contenders)
@@ -92,12 +145,23 @@ def rounds(contenders: dict[str, Callable[[], Timing]], count: int) -> dict[str,
     return results
 
 
+def _interval(ratios: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """95 % bootstrap interval of the geometric mean (pairs resampled, fixed seed)."""
+    generator = random.Random(0)
+    means = sorted(
+        statistics.geometric_mean(generator.choices(ratios, k=len(ratios)))
+        for _ in range(resamples)
+    )
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
 def report(title: str, results: dict[str, list[Timing]], baseline: str) -> None:
     """Medians, and the median of per-round ratios: a round's contenders ran back to back, so
     pairing cancels most of the drift of other load on the machine."""
     print(f"\n{title}")
     print(
-        "| contender | decode tok/s (median) | TTFT ms (median) | tokens | decode ratio (paired) |"
+        "| contender | decode tok/s (median) | TTFT ms (median) | tokens "
+        "| decode ratio (paired): median, geometric mean [95 % interval] (each pair) |"
     )
     print("| --- | ---: | ---: | ---: | ---: |")
     base = results[baseline]
@@ -109,9 +173,11 @@ def report(title: str, results: dict[str, list[Timing]], baseline: str) -> None:
             for t, b in zip(timings, base, strict=True)
         ]
         ratios = ", ".join(f"{r:.3f}" for r in paired)
+        low, high = _interval(paired)
         print(
             f"| {name} | {rate:.1f} | {ttft_ms:.0f} | {timings[0].tokens} "
-            f"| {statistics.median(paired):.3f} ({ratios}) |"
+            f"| {statistics.median(paired):.3f}, {statistics.geometric_mean(paired):.3f} "
+            f"[{low:.3f}-{high:.3f}] ({ratios}) |"
         )
 
 
@@ -120,50 +186,36 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=None, help="default: physical cores")
+    parser.add_argument(
+        "--compare",
+        choices=("both", "engine", "serve"),
+        default="both",
+        help="engine: against llama-cpp-python; serve: jarvis serve against in process",
+    )
     args = parser.parse_args()
     model = resolve_model(None)
     settings = LlamaCppSettings(n_ctx=2048, n_threads=args.threads, reuse_prompt_cache=False)
     engine = LlamaCppEngine(model.path, settings, name=model.name)
-    llama = llama_cpp.Llama(
-        model_path=str(model.path),
-        n_ctx=2048,
-        n_threads=settings.resolved_threads(),
-        n_threads_batch=settings.resolved_batch_threads(),
-        n_batch=settings.n_batch,
-        verbose=False,
-    )
     reference = ours(engine, args.max_tokens)  # warm-up, and the token count for the others
-    tokens = reference.tokens
     print(
         f"model {model.name}, {settings.resolved_threads()} decode / "
-        f"{settings.resolved_batch_threads()} prefill threads, {tokens} tokens per run"
+        f"{settings.resolved_batch_threads()} prefill threads, {reference.tokens} tokens per run"
     )
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
 
-    direct = rounds(
-        {
-            "OpenJarvis LlamaCppEngine": lambda: ours(engine, args.max_tokens),
-            "llama-cpp-python create_completion": lambda: theirs(llama, args.max_tokens, tokens),
-        },
-        args.rounds,
-    )
-    for timing in direct["llama-cpp-python create_completion"]:
-        assert timing.text == reference.text, "greedy outputs differ: the runs are not comparable"
-    report("engine vs llama-cpp-python", direct, "llama-cpp-python create_completion")
-    llama.close()
-
-    with running_server(engine, None) as server:
-        client = openai.OpenAI(base_url=server.url, api_key="bench", max_retries=0)
-        through = rounds(
-            {
-                "in process (LlamaCppEngine)": lambda: ours(engine, args.max_tokens),
-                "jarvis serve + openai client": lambda: served(client, args.max_tokens, tokens),
-            },
-            args.rounds,
+    if args.compare != "serve":
+        llama = llama_cpp.Llama(
+            model_path=str(model.path),
+            n_ctx=2048,
+            n_threads=settings.resolved_threads(),
+            n_threads_batch=settings.resolved_batch_threads(),
+            n_batch=settings.n_batch,
+            verbose=False,
         )
-    for timing in through["jarvis serve + openai client"]:
-        assert timing.text == reference.text, "the server's output differs from the engine's"
-    report("jarvis serve vs in process", through, "in process (LlamaCppEngine)")
+        compare_engines(engine, llama, args.max_tokens, args.rounds, reference)
+        llama.close()
+    if args.compare != "engine":
+        compare_server(engine, args.max_tokens, args.rounds, reference)
 
     final = engine.generate(GenerationRequest(PROMPT, max_tokens=args.max_tokens))
     bandwidth = engine.bandwidth
@@ -176,6 +228,51 @@ def main() -> None:
     )
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     engine.close()
+
+
+def compare_engines(
+    engine: LlamaCppEngine, llama: llama_cpp.Llama, max_tokens: int, count: int, reference: Timing
+) -> None:
+    direct = rounds(
+        {
+            "OpenJarvis LlamaCppEngine": lambda: ours(engine, max_tokens),
+            "llama-cpp-python create_completion": lambda: theirs(
+                llama, max_tokens, reference.tokens
+            ),
+        },
+        count,
+    )
+    for timing in direct["llama-cpp-python create_completion"]:
+        assert timing.text == reference.text, "greedy outputs differ: the runs are not comparable"
+    report("engine vs llama-cpp-python", direct, "llama-cpp-python create_completion")
+
+
+def compare_server(engine: LlamaCppEngine, max_tokens: int, count: int, reference: Timing) -> None:
+    """One client (the official openai client, streaming) through `jarvis serve` on loopback,
+    server and client in this process, against the same engine called in process."""
+    with running_server(engine, None) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="bench", max_retries=0)
+        through = rounds(
+            {
+                "in process (LlamaCppEngine)": lambda: ours(engine, max_tokens),
+                "jarvis serve + openai client": lambda: served(
+                    client, max_tokens, reference.tokens
+                ),
+            },
+            count,
+        )
+    for timing in through["jarvis serve + openai client"]:
+        assert timing.text == reference.text, "the server's output differs from the engine's"
+    report("jarvis serve vs in process", through, "in process (LlamaCppEngine)")
+    cost_us = serving_cost_us()
+    token_us = 1e6 / statistics.median(
+        t.decode_tokens_per_s for t in through["in process (LlamaCppEngine)"]
+    )
+    print(
+        f"\nserving path, an engine that costs nothing: {cost_us:.0f} us per token; against "
+        f"{token_us / 1000:.1f} ms per token decoded in process, a ratio of at least "
+        f"{token_us / (token_us + cost_us):.3f} were none of it to overlap the decode"
+    )
 
 
 if __name__ == "__main__":
