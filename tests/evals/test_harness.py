@@ -22,7 +22,7 @@ from openjarvis.evals.harness import (
     load_harness_suite,
     parse_harness_suite,
 )
-from openjarvis.evals.prompting import answer_task, task_request
+from openjarvis.evals.prompting import answer_task, run_prompting, task_request
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.types import Task
 from openjarvis.runtime.types import (
@@ -408,6 +408,10 @@ def test_under_a_chat_template_a_generation_goes_as_chat_messages(tasks_dir: Pat
     assert request.messages[0].content == "Answer in one word."
     assert request.messages[-1].content == "Question: What is 2 + 2?\nAnswer:"
     assert document(task).score(completion.text).passed
+    # The run records how its documents went to the model, whatever the model's kind.
+    plain = load_harness_suite(f"lm-eval:tiny_gen?limit=1&include={tasks_dir}")[0]
+    assert run_prompting([task], "base") == {"harness": "chat-template"}
+    assert run_prompting([plain], "chat") == {"harness": "completion"}
 
 
 def test_log_likelihood_under_a_chat_template_is_refused(tasks_dir: Path) -> None:

@@ -325,7 +325,7 @@ def _documents(name: str, harness_task: Any, suite: HarnessSuite) -> list[Task]:
         tasks.append(
             Task(
                 task_id=f"{name}/{doc_id}",
-                prompt=str(instances[0].args[0]),
+                prompt=instances[0].args[0],  # a ChatContext under apply_chat_template
                 kind="harness",
                 procedure=document,
             )

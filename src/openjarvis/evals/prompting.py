@@ -5,6 +5,7 @@ turn rendered by the model's own chat template ("chat-template"); each run recor
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from openjarvis.evals.harness import ChatContext
 from openjarvis.evals.types import Task, TaskKind
 from openjarvis.runtime.types import (
     ChatMessage,
@@ -38,8 +39,14 @@ def _prompting(kind: TaskKind, model_kind: str | None) -> Prompting:
 
 
 def run_prompting(tasks: Sequence[Task], model_kind: str | None) -> dict[str, Prompting]:
-    """The prompting of each task kind in `tasks`, for a model of this kind (base, chat, None)."""
-    return {task.kind: _prompting(task.kind, model_kind) for task in tasks}
+    """The prompting of each task kind in `tasks`, for a model of this kind (base, chat, None);
+    lm-eval documents are prompted as the suite's apply_chat_template option says."""
+    return {
+        task.kind: "chat-template"
+        if isinstance(task.prompt, ChatContext)
+        else _prompting(task.kind, model_kind)
+        for task in tasks
+    }
 
 
 def task_request(task: Task, prompting: Prompting, temperature: float, seed: int) -> Request:
