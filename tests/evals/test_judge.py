@@ -5,6 +5,7 @@ the meter, the store and the runner are real, and the judged model is the embedd
 import os
 import time
 from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -280,3 +281,23 @@ def test_a_local_judge_is_refused_beside_concurrent_tasks(tmp_path: Path) -> Non
         ):
             pass
         assert store.get_run(run.id or "").state == "failed"  # not left running
+
+
+def test_verdicts_from_tasks_in_flight_at_once_are_each_saved_once(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    _, judge_suite = judged_run(db)
+    tasks = [Task(f"q{i}", f"Question {i}?", "open_ended") for i in range(8)]
+    engine = ScriptedJudge("openai", ["VERDICT: PASS"] * 16, seconds=0.01)
+    with open_store(db) as store, Meter([HundredWatts()], "accelerator") as meter:
+        run_id = store.create_run(RunRecord("j", None, None, "openai", {}, judge_suite, {},
+                                            "system", "estimate", "none", "test"))  # fmt: skip
+        judge = Judge(engine, meter, store, run_id, chat=True)  # type: ignore[arg-type]
+        bound = judge.bind(tasks) * 2  # two samples of each task
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(lambda task: score_completions([(task, "A")], None), bound))
+        judge.finish("complete")
+        saved = store.task_results(run_id)
+    assert all(r[0].passed for r in results)
+    assert sorted(r.task_id for r in saved) == sorted(
+        f"q{i}#{sample}" for i in range(8) for sample in range(2)
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -184,6 +185,8 @@ class Judge:
         # resume (its verdict saved, the judged task not) keeps both, the later one marked "+".
         self._ids = {record.task_id for record in store.task_results(run_id)}
         self._samples: dict[str, int] = {}
+        # Tasks in flight at once (--concurrency) ask a cloud judge from several threads.
+        self._lock = threading.Lock()
 
     def bind(self, tasks: list[Task]) -> list[Task]:
         """The tasks, open_ended ones scored by this judge."""
@@ -210,14 +213,15 @@ class Judge:
         else:
             completion = self.engine.generate(request)
         status = parse_verdict(completion.text)
-        sample = self._samples[task.task_id] = self._samples.get(task.task_id, -1) + 1
-        verdict_id = f"{task.task_id}#{sample}"
-        while verdict_id in self._ids:
-            verdict_id += "+"
-        self._ids.add(verdict_id)
-        self._pending.append(_Verdict(verdict_id, status, completion, window))
-        self._costs.append(completion.cost_usd)
-        self._save_settled()
+        with self._lock:
+            sample = self._samples[task.task_id] = self._samples.get(task.task_id, -1) + 1
+            verdict_id = f"{task.task_id}#{sample}"
+            while verdict_id in self._ids:
+                verdict_id += "+"
+            self._ids.add(verdict_id)
+            self._pending.append(_Verdict(verdict_id, status, completion, window))
+            self._costs.append(completion.cost_usd)
+            self._save_settled()
         detail = "" if status == "passed" else f"judge: {completion.text.strip()[-200:]}"
         return ExecutionResult(status, detail, time.perf_counter() - started_s)
 
