@@ -417,3 +417,10 @@ def test_under_a_chat_template_a_generation_goes_as_chat_messages(tasks_dir: Pat
 def test_log_likelihood_under_a_chat_template_is_refused(tasks_dir: Path) -> None:
     with pytest.raises(UserError, match="tiny_mc scores by log-likelihood, which OpenJarvis"):
         load_harness_suite(f"lm-eval:tiny_mc?include={tasks_dir}&apply_chat_template=1")
+
+
+def test_a_completion_that_is_not_the_responses_is_one_line(tasks_dir: Path) -> None:
+    task = load_harness_suite(f"lm-eval:tiny_gen?limit=1&include={tasks_dir}")[0]
+    for text in ("4", '{"answer": "4"}', '{"responses": []}'):
+        with pytest.raises(UserError, match="a completion of lm-eval task tiny_gen is not its"):
+            document(task).score(text)

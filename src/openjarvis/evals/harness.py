@@ -442,7 +442,15 @@ class HarnessDocument:
 
     def score(self, completion: str) -> ExecutionResult:
         started_s = time.perf_counter()
-        responses = json.loads(completion)["responses"]
+        try:
+            responses = json.loads(completion)["responses"]
+            if not isinstance(responses, list) or len(responses) != len(self.instances):
+                raise ValueError(f"{len(self.instances)} lists of responses expected")
+        except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
+            raise UserError(
+                f"a completion of lm-eval task {self.task_name} is not its responses ({error}); "
+                'it is JSON {"responses": [[one per repeat] per request]}, as ipw measure stores'
+            ) from None
         instances = [
             dataclasses.replace(
                 instance,
