@@ -27,7 +27,7 @@ from openjarvis.runtime.torch.parallel import (
     check_divisible,
     tensor_parallel,
 )
-from openjarvis.runtime.torch.scheduler import Step
+from openjarvis.runtime.torch.scheduler import Sequence, Step
 
 if TYPE_CHECKING:  # the kernels need Triton, imported only when tensor parallelism runs
     from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
@@ -63,33 +63,25 @@ class StepInputs:
 
     @classmethod
     def of(cls, step: Step, block_size: int) -> "StepInputs":
-        """Built in Python lists and turned into tensors once: a decode step of a hundred
-        rows costs one tensor per field, not one per row."""
+        """One tensor per field, built from the sequences' table rows and plain lists: a
+        decode step of a hundred rows costs no per-row tensor work."""
         rows = step.rows
         length = max(len(row.tokens) for row in rows)
         width = max(len(row.sequence.blocks) for row in rows)
-        scratch = SCRATCH_BLOCK * block_size
-        tokens, positions, slots, tables = [], [], [], []
+        tokens, positions = [], []
         for row in rows:
-            blocks = row.sequence.blocks
             pad = length - len(row.tokens)
-            where = range(row.start, row.start + len(row.tokens))
             tokens.append([0] * pad + row.tokens)
-            positions.append([0] * pad + list(where))
-            slots.append(
-                [scratch] * pad
-                + [blocks[p // block_size] * block_size + p % block_size for p in where]
-            )
-            tables.append(blocks + [SCRATCH_BLOCK] * (width - len(blocks)))
+            positions.append([-1] * pad + list(range(row.start, row.start + len(row.tokens))))
+        tables = torch.stack([_table(row.sequence) for row in rows])[:, :width]
+        where = torch.tensor(positions, dtype=torch.long)
+        padding = where < 0
+        where = where.clamp(min=0)
+        slots = tables.long().gather(1, where // block_size) * block_size + where % block_size
+        slots[padding] = SCRATCH_BLOCK * block_size
         last_only = not any(row.sequence.all_logits for row in rows)
-        return cls(
-            step.kind == "decode",
-            last_only,
-            torch.tensor(tokens, dtype=torch.long),
-            torch.tensor(positions, dtype=torch.long),
-            torch.tensor(slots, dtype=torch.long),
-            torch.tensor(tables, dtype=torch.int32),
-        )
+        tensor_tokens = torch.tensor(tokens, dtype=torch.long)
+        return cls(step.kind == "decode", last_only, tensor_tokens, where, slots, tables)
 
     def pack(self) -> tuple[Tensor, Tensor]:
         batch, length = self.tokens.shape
@@ -320,6 +312,11 @@ class Runner:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             dist.destroy_process_group()
+
+
+def _table(sequence: Sequence) -> Tensor:
+    assert sequence.table is not None, "admitted sequences have their table"
+    return sequence.table
 
 
 def _on(inputs: StepInputs, device: torch.device) -> StepInputs:

@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from openjarvis.runtime.torch.paged import BlockPool
+from openjarvis.runtime.torch.paged import SCRATCH_BLOCK, BlockPool
 from openjarvis.runtime.types import WorkPiece
 
 __all__ = ["Row", "Scheduler", "Sequence", "Step"]
@@ -36,6 +36,9 @@ class Sequence:
     all_logits: bool = False  # scoring: the prompt's logits, no tokens
     output: list[int] = field(default_factory=list)
     blocks: list[int] = field(default_factory=list)
+    # Its blocks as one row of a block table, padded with the scratch block to the widest a
+    # sequence can need: reserved at admission, it never changes while the sequence runs.
+    table: Tensor | None = None
     cached: int = 0  # tokens whose keys and values are in the cache
     cancelled: bool = False
     finished: bool = False
@@ -141,6 +144,9 @@ class Scheduler:
                 return  # first come, first served: later ones wait behind it
             self.waiting.popleft()
             sequence.blocks = self.pool.take(needed)
+            width = self.pool.blocks_for(self.max_seq_len)
+            row = sequence.blocks + [SCRATCH_BLOCK] * (width - needed)
+            sequence.table = torch.tensor(row, dtype=torch.int32)
             self.running.append(sequence)
 
     def finish_step(
