@@ -91,7 +91,10 @@ def test_overlapping_windows_with_work_add_up_to_the_union_and_idle_counts_once(
     assert net_j == pytest.approx(bracket_j, rel=0.01)
     # Gross adds idle over the union's time once, however many windows overlap in it.
     union_s = handles[-1].end_s - handles[0].start_s
-    assert sum(r.energy_j for r in results) - net_j == pytest.approx(IDLE_W * union_s, rel=0.01)
+    assert total.windows_s == pytest.approx(union_s)
+    gross_j = sum(r.energy_j for r in results)
+    assert gross_j - net_j == pytest.approx(IDLE_W * union_s, rel=0.01)
+    assert gross_j == pytest.approx(total.windows_energy_j, rel=0.01)
     # Each request's share follows its tokens: the above-idle energy of its steps' tokens
     # (whole intervals are split, so a request's figure is close, the sum exact).
     for handle, result in zip(handles, results, strict=True):

@@ -42,6 +42,7 @@ __all__ = [
     "SINCE_HELP",
     "DatabaseOption",
     "JsonOption",
+    "concurrency_rows",
     "interval_text",
     "parse_since",
     "runs_command",
@@ -191,6 +192,7 @@ def _metadata_table(run: RunRecord) -> Table:
         ("prompting", describe_prompting(run.options.get("prompting"))),
         ("engine", f"{run.engine} {json.dumps(run.engine_settings, sort_keys=True)}"),
         ("suite", f"{run.suite} {json.dumps(run.options, sort_keys=True)}"),
+        ("concurrency", f"{run.concurrency} task(s) in flight at once"),
         (
             "energy",
             f"method {run.energy_method or 'none'} · "
@@ -247,10 +249,35 @@ def interval_text(estimate: Estimate) -> str:
     return format_interval(estimate.value, estimate.low, estimate.high)
 
 
+def concurrency_rows(figures: object) -> list[tuple[str, str]]:
+    """The rows of a run measured with tasks in flight at once: how many, how many tasks
+    shared the engine at what mean batch, and the exact J per task (the union of this
+    process's windows over its tasks); none for a run of one task at a time. Takes the dict
+    `ipw measure` stores in a run's summary ("concurrency")."""
+    if not isinstance(figures, dict) or not figures.get("concurrency", 1) > 1:
+        return []
+
+    def number(key: str) -> float | None:
+        value = figures.get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    shared = (
+        f"{figures.get('concurrency')} · {figures.get('shared_tasks')} tasks shared the engine"
+        f" · mean batch {format_value(number('mean_batch'), 2)}"
+    )
+    union = (
+        f"{format_value(number('joules_per_task'))} · net "
+        f"{format_value(number('net_joules_per_task'))} "
+        f"(union of the windows of {figures.get('union_tasks')} tasks)"
+    )
+    return [("tasks in flight", shared), ("J per task, exact · net", union)]
+
+
 def windows_text(flags: object, conservation: object, *, always_ratio: bool) -> str | None:
     """The tasks whose energy deserves a second look, and whether the windows added up to the
     counters (always, or only when off by more than 1 %); None when there is nothing to say.
-    Takes the dicts `ipw measure` stores in a run's summary ("windows", "conservation")."""
+    Takes the dicts `ipw measure` stores in a run's summary ("windows", "conservation"); with
+    tasks in flight at once, the windows' energies are the tasks' shares of the union."""
     parts = []
     if isinstance(flags, dict):
         for key, text in (
@@ -262,7 +289,10 @@ def windows_text(flags: object, conservation: object, *, always_ratio: bool) -> 
                 parts.append(f"{flags[key]} of {flags.get('tasks', '?')} tasks {text}")
     ratio = conservation.get("ratio") if isinstance(conservation, dict) else None
     if isinstance(ratio, float) and (always_ratio or abs(ratio - 1) > 0.01):
-        parts.append(f"the tasks' net energies add up to {ratio:.4f} of the counters over the run")
+        parts.append(
+            f"the tasks' net energies (their shares, where they shared the engine) add up to "
+            f"{ratio:.4f} of the counters over the union of their windows"
+        )
     return "; ".join(parts) or None
 
 
@@ -290,6 +320,8 @@ def _figures_table(run: RunRecord, figures: RunFigures, tasks: list[TaskResultRe
             run,
         ),
     )
+    for name, value in concurrency_rows((run.summary or {}).get("concurrency")):
+        table.add_row(name, mark_estimate(value, run))
     table.add_row("decode tokens/s (median)", format_value(figures.decode_tokens_per_s))
     table.add_row(
         "latency p50 / p95 (s)",
@@ -318,6 +350,13 @@ def _tasks_table(run: RunRecord, tasks: list[TaskResultRecord]) -> Table:
             mark_estimate(format_value(task.energy_j), run),
             mark_estimate(format_value(task.net_energy_j), run),
             format_value(task.tail_energy_j),
-            "; ".join(filter(None, [task.energy_null_reason, *failures]))[:60],
+            "; ".join(filter(None, [task.energy_null_reason, _shared_text(task), *failures]))[:60],
         )
     return table
+
+
+def _shared_text(task: TaskResultRecord) -> str | None:
+    """A task whose energy is its share of steps it ran in with others, and at what batch."""
+    if not task.shared:
+        return None
+    return f"shared, batch {format_value(task.mean_batch, 2)}"

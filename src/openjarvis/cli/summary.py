@@ -5,7 +5,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from openjarvis.cli.results import interval_text, windows_text
+from openjarvis.cli.results import concurrency_rows, interval_text, windows_text
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.evals.runner import MeasureResult
 from openjarvis.report.runs import coverage_missing, coverage_names, scope_label
@@ -36,6 +36,7 @@ def summary_dict(result: MeasureResult) -> dict[str, object]:
         "window_flags": result.window_flags,
         "conservation": result.conservation,
         "phase_energy": result.phase_energy,
+        "concurrency": result.concurrency,
         "figures": result.figures.to_dict(),
     }
 
@@ -60,6 +61,8 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     table.add_row(f"mean J per task, net of idle{label}", interval_text(figures.mean_net_energy_j))
     table.add_row(f"accuracy per joule{label}", interval_text(figures.accuracy_per_joule))
     table.add_row(f"mean W{label}", interval_text(figures.mean_power_w))
+    for name, value in concurrency_rows(result.concurrency):
+        table.add_row(f"{name}{label}" if name.startswith("J") else name, value)
     phase = result.phase_energy
     table.add_row(
         f"J per prompt token / per output token{label}",

@@ -1,6 +1,7 @@
 """What a measured run's energy rests on, apart from generating and scoring: which GPUs it
 meters, its claim on the sources, idle power after the tasks and the baseline's error, whether
-the windows add up (conservation), and the notes that say what the figures are.
+the windows add up (conservation), the run's exact energy per task when tasks shared the
+engine, and the notes that say what the figures are.
 """
 
 import math
@@ -18,6 +19,7 @@ from openjarvis.power.types import (
     IdleBaseline,
     Scope,
     SourceEnergy,
+    TotalEnergy,
     WindowEnergy,
 )
 from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
@@ -27,6 +29,7 @@ from openjarvis.store.records import RunRecord, TaskResultRecord
 __all__ = [
     "check_same_gpus",
     "claimed",
+    "concurrency_figures",
     "conservation",
     "energy_method",
     "energy_note",
@@ -68,18 +71,51 @@ def idle_error_w(meter: Meter, after: IdleBaseline | None) -> float | None:
 
 
 def conservation(
-    meter: Meter, saved: list[TaskResultRecord], engine: Engine
+    total: TotalEnergy, saved: list[TaskResultRecord], engine: Engine
 ) -> dict[str, float | None]:
-    """This process's windows against the counters over the same time (docs/energy.md):
-    the tasks' net energies add up to the bracket's within rounding when no joule is lost."""
+    """This process's windows against the counters over the same time (`Meter.total()`, the
+    union of its windows and tails; docs/energy.md): the tasks' net energies, or their shares
+    where they ran at once, add up to the union's within rounding when no joule is lost."""
     if engine.kind not in LOCAL_ENGINE_KINDS:
         return {"windows_net_j": None, "bracket_net_j": None, "ratio": None}
-    total = meter.total()
     nets = [r.net_energy_j for r in saved]
     windows_j = None if not nets or None in nets else sum(n for n in nets if n is not None)
     bracket_j = total.net_energy_j
     ratio = None if windows_j is None or not bracket_j else windows_j / bracket_j
     return {"windows_net_j": windows_j, "bracket_net_j": bracket_j, "ratio": ratio}
+
+
+def concurrency_figures(
+    total: TotalEnergy,
+    saved: list[TaskResultRecord],
+    results: list[TaskResultRecord],
+    engine: Engine,
+    concurrency: int,
+) -> dict[str, object]:
+    """Tasks in flight at once, how many of the run's tasks shared their energy and at what
+    mean batch (weighted by each task's time), and the run's exact energy per task: the union
+    of this process's windows (`saved`, its tasks) over their number, gross and net. Each
+    task's own figure is its attributed share; the shares add up to the union (conservation).
+    """
+    batches = [(r.mean_batch, r.latency_s) for r in results if r.mean_batch is not None]
+    seconds = sum(latency_s for _, latency_s in batches)
+    measured = engine.kind in LOCAL_ENGINE_KINDS and bool(saved)
+    gross_j = total.windows_energy_j if measured else None
+    net_j = total.net_energy_j if measured else None
+    return {
+        "concurrency": concurrency,
+        "shared_tasks": sum(r.shared for r in results),
+        "mean_batch": (
+            sum(batch * latency_s for batch, latency_s in batches) / seconds
+            if batches and seconds > 0
+            else None
+        ),
+        "union_tasks": len(saved),
+        "union_energy_j": gross_j,
+        "union_net_energy_j": net_j,
+        "joules_per_task": None if gross_j is None else gross_j / len(saved),
+        "net_joules_per_task": None if net_j is None else net_j / len(saved),
+    }
 
 
 def estimated_window(window: WindowEnergy, completion: Completion) -> WindowEnergy:

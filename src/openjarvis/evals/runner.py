@@ -3,9 +3,11 @@ them in the sandbox, and save each task to the store at once.
 """
 
 import math
+import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Generator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, closing
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -30,6 +32,7 @@ from openjarvis.evals.suites import load_suite
 from openjarvis.evals.types import Task
 from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter, WindowHandle
+from openjarvis.power.edges import mean_batch
 from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
 from openjarvis.runtime.engines import (
     LOCAL_ENGINE_KINDS,
@@ -71,6 +74,9 @@ class MeasureSpec:
     # Measure even while another measurement holds a source in scope (the run is then marked
     # shared-machine: both claim the same joules).
     allow_shared: bool = False
+    # Tasks in flight at once (at most the engine's own concurrency); above 1 their windows
+    # overlap and share the energy by the work each did (docs/energy.md, "Shared energy").
+    concurrency: int = 1
 
     def engine_spec(self) -> EngineSpec:
         # Every request starts from a cold cache so that each sample pays for its own prefill.
@@ -116,6 +122,16 @@ class MeasureSpec:
             raise UserError(f"--timeout must be above 0 seconds, finite (got {self.timeout_s})")
         if self.gpus not in ("engine", "all"):
             raise UserError(f"--gpus takes engine or all (got {self.gpus!r})")
+        if self.concurrency < 1:
+            raise UserError(f"--concurrency must be at least 1 task (got {self.concurrency})")
+
+    def check_engine(self, engine: Engine) -> None:
+        """Refuse more tasks in flight than the engine takes at once, before any row."""
+        if self.concurrency > engine.concurrency:
+            raise UserError(
+                f"--concurrency {self.concurrency} is more than the {engine.kind} engine runs at "
+                f"once ({engine.concurrency}); use --concurrency {engine.concurrency} or less"
+            )
 
 
 @dataclass(slots=True)
@@ -145,6 +161,9 @@ class MeasureResult:
     energy_coverage: dict[str, object] = field(default_factory=dict)
     model_kind: str | None = None  # "base" or "chat" from the GGUF header; None: unknown
     prompting: dict[str, Prompting] = field(default_factory=dict)  # per task kind
+    # Tasks in flight, how many shared their energy, their mean batch, and the union of this
+    # process's windows per task (the exact J/task; `concurrency_figures` in run_energy).
+    concurrency: dict[str, object] = field(default_factory=dict)
 
 
 # Called once with the number of tasks left, then after each task with (task_id, passed, n).
@@ -164,6 +183,7 @@ def run_measure(
     with open_store(spec.db_url) as store:
         engine = open_engine(spec.engine_spec(), model)
         try:
+            spec.check_engine(engine)
             sandbox = Sandbox.detect()
             with _metering(spec, engine) as (meter, shared_with):
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
@@ -191,6 +211,7 @@ def run_measure(
                     idle_power_w=dict(idle.power_w) if idle else {},
                     host=describe_host(gpus=gpus),
                     energy_coverage=meter.coverage.to_dict(),
+                    concurrency=spec.concurrency,
                 )
                 if shared_with:  # measured beside another measurement (--allow-shared)
                     run.options["shared_machine"] = sorted(shared_with)
@@ -228,6 +249,7 @@ def resume_measure(
             )
         engine = open_engine(spec.engine_spec(), model)
         try:
+            spec.check_engine(engine)
             sandbox = Sandbox.detect()
             with _metering(spec, engine) as (meter, shared_with):
                 run_energy.check_same_gpus(run, meter.coverage.to_dict())
@@ -280,7 +302,9 @@ def _execute(
     seen: list[Completion] = []  # this process's completions, for MBU and cost
     # A task is saved once its windows are settled: its tail (the device winding down until
     # the next task's window opens) is known after the counters refreshed past that opening,
-    # usually during the next task. A crash loses the task in flight and at most one more.
+    # usually during the next task, and its share of intervals it shared with tasks in flight
+    # once those have finished. A crash loses the tasks in flight, and at most one more (one at
+    # a time) or those that finished beside the ones in flight (with --concurrency).
     unsaved: list[_Measured] = []
     saved: list[TaskResultRecord] = []
 
@@ -296,8 +320,10 @@ def _execute(
         on_task(measured.task.task_id, record.passed, record.samples)
 
     def save_settled() -> None:
-        while unsaved and (windows := unsaved[0].settled()) is not None:
-            save(unsaved.pop(0), windows)
+        for measured in list(unsaved):  # in flight beside others, tasks settle in any order
+            if (windows := measured.settled()) is not None:
+                unsaved.remove(measured)
+                save(measured, windows)
 
     def save_the_rest() -> None:
         meter.settle()
@@ -308,9 +334,12 @@ def _execute(
     # Ctrl-C (or SIGTERM, which the CLI turns into one) leaves the run interrupted and raises
     # RunInterrupted with its id and saved tasks, so the CLI can say how to resume.
     try:
-        for task in pending:
-            unsaved.append(_measure_task(spec, task, prompting, engine, sandbox, meter, seen))
-            save_settled()
+        measured_tasks = _measured_tasks(spec, pending, prompting, engine, sandbox, meter)
+        with closing(measured_tasks):  # on any error, the tasks in flight end first
+            for measured in measured_tasks:
+                seen.extend(measured.completions)
+                unsaved.append(measured)
+                save_settled()
         save_the_rest()
         idle_after = run_energy.idle_after(spec.idle_seconds, meter, engine)
     except BaseException as error:
@@ -335,7 +364,9 @@ def _execute(
     costs = [c.cost_usd for c in seen]
     cost_usd = sum(c for c in costs if c is not None) if costs and None not in costs else None
     flags = window_flags(results)
-    conservation = run_energy.conservation(meter, saved, engine)
+    total = meter.total()
+    conservation = run_energy.conservation(total, saved, engine)
+    concurrency = run_energy.concurrency_figures(total, saved, results, engine, spec.concurrency)
     phases = phase_energy(results)
     summary = {
         **figures.to_dict(),
@@ -345,6 +376,7 @@ def _execute(
         "windows": flags,
         "conservation": conservation,
         "phase_energy": phases,
+        "concurrency": concurrency,
     }
     store.finish_run(run_id, "complete", summary)
     return MeasureResult(
@@ -366,6 +398,7 @@ def _execute(
         window_flags=flags,
         conservation=conservation,
         phase_energy=phases,
+        concurrency=concurrency,
     )
 
 
@@ -391,31 +424,90 @@ class _Measured:
         return _task_record(self.task, self.completions, estimated, self.statuses)
 
 
-def _measure_task(
+_Generated = tuple[Task, list[Completion], list[WindowHandle]]
+
+
+def _measured_tasks(
     spec: MeasureSpec,
-    task: Task,
+    tasks: list[Task],
     prompting: dict[str, Prompting],
     engine: Engine,
     sandbox: Sandbox,
     meter: Meter,
-    seen: list[Completion],
-) -> _Measured:
+) -> Generator[_Measured]:
+    """The tasks generated and scored, in the order they finish.
+
+    One at a time, each task generates in this thread (Ctrl-C stops the generation itself).
+    With `spec.concurrency` above 1, that many tasks generate at once in worker threads and
+    this thread scores them as they finish (scoring stays outside every window's task, though
+    it runs while others generate). Closing the iterator (an error, Ctrl-C) starts no more
+    tasks and waits for those in flight: they are dropped, and the engine is idle when the
+    caller closes it.
+    """
+
+    def generate(task: Task) -> _Generated:
+        return _generate(spec, task, prompting, engine, meter)
+
+    def scored(generated: _Generated) -> _Measured:
+        task, completions, handles = generated
+        # Scoring runs after the windows closed: tests are not charged to the model.
+        outcomes = score_completions(
+            [(task, c.text) for c in completions], sandbox, timeout_s=spec.timeout_s
+        )
+        return _Measured(task, completions, handles, [o.status for o in outcomes])
+
+    if spec.concurrency == 1:
+        for task in tasks:
+            yield scored(generate(task))
+        return
+    stopping = threading.Event()
+
+    def generate_unless_stopping(task: Task) -> _Generated | None:
+        return None if stopping.is_set() else generate(task)
+
+    waiting = iter(tasks)
+    in_flight: set[Future[_Generated | None]] = set()
+    with ThreadPoolExecutor(spec.concurrency, thread_name_prefix="ipw-task") as pool:
+
+        def fill() -> None:  # start tasks until `concurrency` are in flight
+            while len(in_flight) < spec.concurrency and (task := next(waiting, None)) is not None:
+                in_flight.add(pool.submit(generate_unless_stopping, task))
+
+        try:
+            fill()
+            while in_flight:
+                done = wait(in_flight, return_when=FIRST_COMPLETED).done
+                in_flight.difference_update(done)
+                generated = [future.result() for future in done]  # a worker's error: raised
+                fill()  # before scoring, so that the engine keeps its batch
+                for one in generated:
+                    if one is not None:
+                        yield scored(one)
+        finally:
+            stopping.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _generate(
+    spec: MeasureSpec,
+    task: Task,
+    prompting: dict[str, Prompting],
+    engine: Engine,
+    meter: Meter,
+) -> _Generated:
+    """A task's samples, each in its own energy window, with the engine's work in it."""
     completions: list[Completion] = []
     handles: list[WindowHandle] = []
     for sample in range(spec.samples):
         request = task_request(task, prompting[task.kind], spec.temperature, spec.seed + sample)
         with meter.window(f"{task.task_id}#{sample}") as window:
             completion = answer_task(engine, task, request)
+        window.add_work(completion.work)  # a batching engine's steps: how shared energy splits
         if completion.ttft_s is not None:  # prefill energy is what the window drew until then
             window.mark_first_token(window.start_s + completion.ttft_s)
         completions.append(completion)
         handles.append(window)
-    seen.extend(completions)
-    # Scoring runs after the windows closed: tests are not charged to the model.
-    outcomes = score_completions(
-        [(task, c.text) for c in completions], sandbox, timeout_s=spec.timeout_s
-    )
-    return _Measured(task, completions, handles, [o.status for o in outcomes])
+    return task, completions, handles
 
 
 def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
@@ -477,6 +569,8 @@ def _task_record(
         prefill_energy_j=_sum_or_none(prefills),
         decode_energy_j=_sum_or_none([w.decode_energy_j for w in windows]),
         overlapped=any(w.overlapped for w in windows),
+        shared=any(w.shared for w in windows),
+        mean_batch=mean_batch([piece for c in completions for piece in c.work]),
     )
 
 

@@ -47,7 +47,7 @@ class Piece:
         return cls(float(step.start_s), float(step.end_s), float(step.share), int(step.batch))
 
 
-def mean_batch(pieces: Sequence[Piece]) -> float | None:
+def mean_batch(pieces: Sequence[WorkStep]) -> float | None:
     """The batch size a sequence ran at, weighted by each step's time (None: no steps)."""
     if not pieces:
         return None

@@ -63,6 +63,7 @@ class WindowHandle:
         self._meter = meter
         self._final: WindowEnergy | None = None
         self._work: list[Piece] = []
+        self._work_given = False  # add_work was called (perhaps with no steps)
         self._work_done = False  # its owner read the result: no more work will come
         self._thread = threading.get_ident()
 
@@ -75,6 +76,7 @@ class WindowHandle:
         """
         with self._meter._lock:
             self._work.extend(Piece.of(piece) for piece in pieces)
+            self._work_given = True
 
     def mark_first_token(self, time_s: float) -> None:
         """Split the window's energy at `time_s` (on the meter's clock) into prefill and decode."""
@@ -421,7 +423,8 @@ class Meter:
                     answer = None
                     continue
                 return True
-            if not other._work_done and not other._work and now_s < other.end_s + _WORK_GRACE_S:
+            given = other._work_given or other._work_done
+            if not given and now_s < other.end_s + _WORK_GRACE_S:
                 return True
         return answer
 
@@ -505,7 +508,9 @@ class Meter:
             sources=sources,
             low_resolution=total.low_resolution,
             overlapped=handle.overlapped,
-            shared=any(source.shared for source in sources),
+            # Windows one after another may meet inside one interval, which their work then
+            # splits too; only a window that ran beside another shared the engine.
+            shared=handle.overlapped and any(source.shared for source in sources),
             mean_batch=mean_batch(handle._work),
             tail_energy_j=total.tail_j,
             prefill_energy_j=total.prefill_j,
@@ -518,10 +523,13 @@ class Meter:
 
     def total(self) -> TotalEnergy:
         """Energy over the union of the closed windows and their closed tails: a joule in two
-        windows counts once."""
+        windows counts once. Each stretch of the union is read as one window would be (with
+        idle power known, the energy above idle of an interval its edge cuts counts whole),
+        so the windows' energies, shared or not, add up to it."""
         with self._lock:
             # With idle power known, tails (energy above idle between windows) are in the total.
             merged = _merge(self._spans + (self._tails if self.idle is not None else []))
+            windows_s = sum(end - start for start, end in _merge(self._spans))
             windows = len(self._spans)
         covered_s = sum(end - start for start, end in merged)
         sources = []
@@ -529,12 +537,13 @@ class Meter:
             source, idle_w = track.source, self._idle_power_w(track.source.name)
             energy_j: float | None = 0.0
             reason = None
+            pad_s = track.refresh.uncertainty_s if track.refresh is not None else 0.0
             for start_s, end_s in merged:
                 knots, fault = track.knots_around(start_s, end_s)
                 if fault is not None or len(knots) < 2 or knots[-1].time_s < end_s:
                     energy_j, reason = None, fault or "no-refresh"
                     break
-                shares = attribute(knots, [Span(start_s, end_s)], None)
+                shares = attribute(knots, [Span(start_s, end_s)], idle_w, pad_s)
                 energy_j = (energy_j or 0.0) + shares[0].energy_j
             sources.append(
                 SourceEnergy(
@@ -552,6 +561,16 @@ class Meter:
                 )
             )
         summed = sum_scope(tuple(sources), self.scope)
+        # As the windows count it: idle only over the windows' own time (a tail is above idle).
+        idles_w = [s.idle_power_w for s in sources if in_scope(s.domain, self.scope)]
+        windows_energy_j = summed.energy_j
+        if summed.energy_j is not None and covered_s > windows_s:
+            windows_energy_j = (
+                None
+                if None in idles_w
+                else summed.energy_j
+                - sum(w for w in idles_w if w is not None) * (covered_s - windows_s)
+            )
         return TotalEnergy(
             scope=self.scope,
             method=summed.method,
@@ -561,6 +580,8 @@ class Meter:
             net_energy_j=summed.net_energy_j,
             null_reason=summed.null_reason,
             sources=tuple(sources),
+            windows_s=windows_s,
+            windows_energy_j=windows_energy_j,
         )
 
     # Idle ----------------------------------------------------------------------------------

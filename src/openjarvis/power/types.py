@@ -126,6 +126,11 @@ class TotalEnergy:
     net_energy_j: float | None
     null_reason: str | None
     sources: tuple[SourceEnergy, ...]
+    # The time inside at least one window (tails left out), and the energy as the windows
+    # count it: above idle over windows and tails, idle over the windows' time only. The
+    # windows' gross energies add up to it (docs/energy.md, "Shared energy").
+    windows_s: float = 0.0
+    windows_energy_j: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,317 @@
+"""`ipw measure --concurrency N`: tasks in flight at once through a batching engine, each in its
+own window, sharing the energy by the work each did; the shares add up to the union of the
+windows, the run's exact J/task is the union over the tasks, and interrupting keeps what was
+finished. Faked at the edges only: a batching engine with scripted replies (its steps drive the
+board's power) and NVML (its counter refreshes every 100 ms, as on an H200)."""
+
+import io
+import math
+import threading
+import time
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from openjarvis.cli.ipw import app, main
+from openjarvis.cli.summary import print_summary, summary_dict
+from openjarvis.errors import RunInterrupted
+from openjarvis.evals import runner
+from openjarvis.evals.runner import MeasureSpec, resume_measure, run_measure
+from openjarvis.evals.suites import load_suite, reference_solutions
+from openjarvis.power import rapl
+from openjarvis.runtime.types import Completion, Request, StreamChunk, WorkPiece
+from openjarvis.store import open_store
+from tests.fakes.nvml import FakeGpu, install_fake_nvml
+
+__all__: list[str] = []
+
+UUID = "GPU-aaaa1111-0000-0000-0000-000000000000"
+IDLE_W, TOKEN_W, STEP_S, REFRESH_S = 100.0, 50.0, 0.01, 0.1
+SUITE = "humaneval"
+
+
+class Board:
+    """The GPU's power: idle, plus TOKEN_W per sequence in the engine's current step."""
+
+    def __init__(self) -> None:
+        self.origin_s = time.monotonic()
+        self.steps: list[list[float]] = []  # [start, end, tokens]; end inf while running
+        self.lock = threading.Lock()
+
+    def energy_j(self, time_s: float) -> float:
+        with self.lock:
+            steps = [tuple(step) for step in self.steps]
+        busy_j = sum(
+            TOKEN_W * tokens * max(0.0, min(end, time_s) - start) for start, end, tokens in steps
+        )
+        return IDLE_W * (time_s - self.origin_s) + busy_j
+
+
+class LiveGpu(FakeGpu):
+    """A fake GPU whose counter follows the board in real time, refreshed every 100 ms."""
+
+    board: Board
+
+    @property  # type: ignore[override]  # a field of FakeGpu, computed here
+    def energy_mj(self) -> int:
+        now_s = time.monotonic()
+        refreshed_s = now_s - (now_s - self.board.origin_s) % REFRESH_S
+        return round(self.board.energy_j(refreshed_s) * 1000)
+
+    @energy_mj.setter
+    def energy_mj(self, value: int) -> None:
+        del value  # FakeGpu's __init__ sets it; the board decides
+
+
+class Sequence:
+    def __init__(self, text: str, tokens: int) -> None:
+        self.text, self.left = text, tokens
+        self.start_s = time.monotonic()
+        self.first_token_s: float | None = None
+        self.pieces: list[WorkPiece] = []
+        self.done = threading.Event()
+        self.completion: Completion | None = None
+
+
+class BatchingEngine:
+    """Runs every sequence in flight in one decode step of STEP_S; replies are scripted: the
+    reference solution for even tasks, a wrong body for odd ones, 10 to 30 tokens long."""
+
+    kind = "torch"
+    model_name = "fake-batching"
+    devices = (0,)
+
+    def __init__(self, board: Board, concurrency: int = 4) -> None:
+        self.board = board
+        self.concurrency = concurrency
+        tasks = load_suite(SUITE)
+        solutions = reference_solutions(SUITE)
+        self.replies = {
+            task.prompt: (solutions[task.task_id] if i % 2 == 0 else "    return None\n", 10 + i)
+            for i, task in enumerate(tasks[:20])
+        }
+        self.batches: list[int] = []
+        self._active: list[Sequence] = []
+        self._wake = threading.Condition()
+        self._closed = True
+        self._thread = threading.Thread()
+
+    def open(self) -> "BatchingEngine":
+        """Start the engine's loop (again, for a resumed run)."""
+        assert self._closed
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def settings_dict(self) -> dict[str, object]:
+        return {"fake": "batching"}
+
+    def generate(self, request: Request) -> Completion:
+        prompt = getattr(request, "prompt", None) or request.messages[-1].content  # type: ignore[union-attr]
+        text, tokens = self.replies[prompt]
+        sequence = Sequence(text, tokens)
+        with self._wake:
+            self._active.append(sequence)
+            self._wake.notify()
+        sequence.done.wait()
+        assert sequence.completion is not None
+        return sequence.completion
+
+    def stream(self, request: Request) -> Generator[StreamChunk]:
+        completion = self.generate(request)
+        yield StreamChunk(completion.text, time.monotonic(), completion)
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._active and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                batch = list(self._active)
+            step = [time.monotonic(), math.inf, float(len(batch))]
+            with self.board.lock:
+                self.board.steps.append(step)
+            time.sleep(STEP_S)
+            end_s = time.monotonic()
+            with self.board.lock:
+                step[1] = end_s
+            self.batches.append(len(batch))
+            for sequence in batch:
+                sequence.pieces.append(WorkPiece(step[0], end_s, 1 / len(batch), len(batch)))
+                sequence.first_token_s = sequence.first_token_s or end_s
+                sequence.left -= 1
+                if sequence.left == 0:
+                    self._finish(sequence, end_s)
+
+    def _finish(self, sequence: Sequence, end_s: float) -> None:
+        assert sequence.first_token_s is not None
+        sequence.completion = Completion(
+            text=sequence.text,
+            prompt_tokens=100,
+            completion_tokens=len(sequence.pieces),
+            finish_reason="stop",
+            wall_s=end_s - sequence.start_s,
+            ttft_s=sequence.first_token_s - sequence.start_s,
+            decode_s=end_s - sequence.first_token_s,
+            work=tuple(sequence.pieces),
+        )
+        with self._wake:
+            self._active.remove(sequence)
+        sequence.done.set()
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[BatchingEngine]:
+    """The batching engine in place of the torch engine, and a fake NVML over its board."""
+    board = Board()
+    gpu = LiveGpu(UUID)
+    gpu.board = board
+    install_fake_nvml(monkeypatch, [gpu])
+    (tmp_path / "sys" / "class" / "powercap").mkdir(parents=True)
+    monkeypatch.setenv(rapl.SYSFS_ROOT_ENV, str(tmp_path / "sys"))
+    fake = BatchingEngine(board)
+    monkeypatch.setattr(runner, "resolve_engine_model", lambda spec: None)
+    monkeypatch.setattr(runner, "open_engine", lambda spec, model: fake.open())
+    yield fake
+    fake.close()
+
+
+def row(table: str, field: str) -> str:
+    """A row of a two-column Rich table, as `field │ value` without the borders."""
+    line = next(line for line in table.splitlines() if line.strip("│┃ ").startswith(f"{field} "))
+    return " ".join(line.strip("│ ").split())
+
+
+def spec_for(tmp_path: Path, **changes: object) -> MeasureSpec:
+    fields: dict[str, object] = {
+        "suite": SUITE,
+        "limit": 8,
+        "engine": "torch",
+        "scope": "accelerator",
+        "idle_seconds": 0.5,
+        "db_url": str(tmp_path / "runs.db"),
+        "concurrency": 4,
+    }
+    fields.update(changes)
+    return MeasureSpec(**fields)  # type: ignore[arg-type]  # keyword values of mixed types
+
+
+def test_tasks_in_flight_share_the_energy_and_add_up_to_the_union(
+    engine: BatchingEngine, tmp_path: Path
+) -> None:
+    result = run_measure(spec_for(tmp_path))
+    assert max(engine.batches) == 4  # four sequences did run in one step
+    with open_store(str(tmp_path / "runs.db")) as store:
+        run = store.get_run(result.run_id)
+        tasks = store.task_results(result.run_id)
+    assert run.concurrency == 4 and run.options["concurrency"] == 4
+    assert len(tasks) == 8 and sum(t.passed for t in tasks) == 4  # the even tasks' replies pass
+    assert all(t.shared and t.mean_batch is not None and t.mean_batch > 1 for t in tasks)
+    # The tasks' shares add up to the union of their windows (conservation), gross and net.
+    assert result.conservation["ratio"] == pytest.approx(1.0, abs=0.01)
+    figures = result.concurrency
+    assert figures["concurrency"] == 4 and figures["shared_tasks"] == 8
+    assert sum(t.energy_j for t in tasks) == pytest.approx(figures["union_energy_j"], rel=0.01)  # type: ignore[misc]
+    # The exact J/task is the union over the tasks; the mean of the shares agrees with it.
+    assert figures["joules_per_task"] == pytest.approx(result.figures.mean_energy_j.value, rel=0.01)
+    assert figures["net_joules_per_task"] == pytest.approx(
+        result.figures.mean_net_energy_j.value, rel=0.01
+    )
+    # The union is what the board drew above idle over the run.
+    assert figures["union_net_energy_j"] == pytest.approx(
+        sum(TOKEN_W * tokens * (end - start) for start, end, tokens in engine.board.steps),
+        rel=0.01,
+    )
+    assert summary_dict(result)["concurrency"] == figures  # --json carries it
+    assert run.summary is not None and run.summary["concurrency"] == figures  # ipw show reads it
+
+    console = Console(file=io.StringIO(), width=240)
+    print_summary(result, console, as_json=False)
+    summary = console.file.getvalue()  # type: ignore[attr-defined]
+    assert row(summary, "tasks in flight").startswith(
+        "tasks in flight │ 4 · 8 tasks shared the engine · mean batch"
+    )
+    per_task = f"{figures['joules_per_task']:.3g} · net {figures['net_joules_per_task']:.3g}"
+    assert row(summary, "J per task, exact") == (
+        f"J per task, exact · net │ {per_task} (union of the windows of 8 tasks)"
+    )
+    shown = CliRunner().invoke(
+        app, ["show", result.run_id, "--db", str(tmp_path / "runs.db")], env={"COLUMNS": "240"}
+    )
+    assert shown.exit_code == 0, shown.exception
+    assert row(shown.output, "concurrency") == "concurrency │ 4 task(s) in flight at once"
+    assert row(shown.output, "J per task, exact").endswith(
+        f"{per_task} (union of the windows of 8 tasks)"
+    )
+    assert shown.output.count("shared, batch") == 8
+    assert "add up to 1.0000 of the counters over the union of their windows" in shown.output
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "message"),
+    [
+        (
+            "5",
+            "--concurrency 5 is more than the torch engine runs at once (4); use --concurrency 4",
+        ),
+        ("0", "--concurrency must be at least 1 task (got 0)"),
+    ],
+)
+def test_more_tasks_in_flight_than_the_engine_takes_is_one_line_exit_2_before_any_row(
+    engine: BatchingEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    concurrency: str,
+    message: str,
+) -> None:
+    db = tmp_path / "runs.db"
+    argv = ["ipw", "measure", "--engine", "torch", "--concurrency", concurrency, "--db", str(db)]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    error = capfd.readouterr().err
+    assert error.count("\n") == 1 and message in error, error
+    assert not db.exists() or open_store(str(db)).list_runs() == []
+
+
+def test_an_interrupted_run_keeps_finished_tasks_and_resumes_the_rest(
+    engine: BatchingEngine, tmp_path: Path
+) -> None:
+    saved: list[str] = []
+
+    def stop_after_three(task_id: str, passed: int, samples: int) -> None:
+        saved.append(task_id)
+        if len(saved) == 3:
+            raise KeyboardInterrupt  # as Ctrl-C (or SIGTERM, which the CLI turns into one)
+
+    with pytest.raises(RunInterrupted) as stopped:
+        run_measure(spec_for(tmp_path), on_task=stop_after_three)
+    run_id = stopped.value.run_id
+    with open_store(str(tmp_path / "runs.db")) as store:
+        assert store.get_run(run_id).state == "interrupted"
+        kept = {t.task_id for t in store.task_results(run_id)}
+    # Finished tasks are kept (those settled, and those finished but waiting for their
+    # neighbours' work); tasks still in flight are dropped and run again.
+    assert 3 <= len(kept) < 8
+    assert len(engine._active) == 0  # nothing left generating when the run returned
+    resumed = resume_measure(run_id, str(tmp_path / "runs.db"))
+    assert resumed.resumed_tasks == len(kept)
+    with open_store(str(tmp_path / "runs.db")) as store:
+        run = store.get_run(run_id)
+        tasks = store.task_results(run_id)
+    assert run.state == "complete" and run.concurrency == 4
+    assert sorted(t.task_id for t in tasks) == sorted(t.task_id for t in load_suite(SUITE)[:8])
