@@ -32,6 +32,7 @@ from openjarvis.runtime.types import (
     EnergyEstimate,
     Request,
     StreamChunk,
+    WorkPiece,
 )
 
 # Never reach the Hub; the JSON builder reads local files. Set before datasets is imported.
@@ -251,8 +252,9 @@ class ScriptedEngine:
     def generate(self, request: Request) -> Completion:
         self.requests.append(request)
         estimate = EnergyEstimate("estimate:cloud:test", 2.5, "test constants")
+        step = WorkPiece(1.0, 1.1, 0.5, 2)  # a batching engine's step, shared with another
         return Completion(self.reply, 10, 3, "stop", 0.2, 0.05, 0.1, cost_usd=0.01,
-                          energy_estimate=estimate)  # fmt: skip
+                          energy_estimate=estimate, work=(step,))  # fmt: skip
 
     def stream(self, request: Request) -> Generator[StreamChunk]:
         raise NotImplementedError
@@ -272,6 +274,7 @@ def test_a_generation_document_runs_on_any_engine_and_folds_its_cost(tasks_dir: 
     assert stored["metric"] == "exact_match" and stored["responses"] == [[" 4"]]
     assert (completion.prompt_tokens, completion.completion_tokens) == (10, 3)
     assert completion.cost_usd == 0.01
+    assert completion.work == (WorkPiece(1.0, 1.1, 0.5, 2),)  # how shared energy splits
     assert completion.energy_estimate is not None and completion.energy_estimate.energy_j == 2.5
     assert completion.ttft_s is not None and completion.ttft_s >= 0.05
     assert document(task).score(completion.text).passed
@@ -326,6 +329,8 @@ def test_log_likelihood_sums_the_continuations_log_softmax() -> None:
     # Context BOS a b, continuation b c: fed BOS a b b, scored from the last context token on.
     assert engine.calls == [([0, 1, 2, 2], 2)]
     assert part.prompt_tokens == 4 and part.completion_tokens == 0
+    (step,) = part.work  # the scoring is one step of its own, should tasks run at once
+    assert (step.share, step.batch) == (1.0, 1) and step.end_s - step.start_s == part.wall_s
     (logprob, greedy), _ = _loglikelihood(engine, "t", "", "bb")  # type: ignore[arg-type]
     assert logprob == pytest.approx(2 * log_softmax[2]) and greedy is True
 

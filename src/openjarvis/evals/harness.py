@@ -32,6 +32,7 @@ from openjarvis.runtime.types import (
     Engine,
     GenerationRequest,
     Request,
+    WorkPiece,
 )
 
 __all__ = [
@@ -477,8 +478,9 @@ class HarnessDocument:
 def _fold(
     text: str, parts: list[Completion], started_s: float, first_token_s: float | None
 ) -> Completion:
-    """The document's requests as one completion: tokens, cost and estimates summed; TTFT is
-    the first generated token's time since the document began (None when nothing generated)."""
+    """The document's requests as one completion: tokens, cost, estimates and engine steps
+    summed; TTFT is the first generated token's time since the document began (None when
+    nothing was generated)."""
     costs = [part.cost_usd for part in parts]
     estimates = [part.energy_estimate for part in parts]
     estimate = None
@@ -496,6 +498,7 @@ def _fold(
         decode_s=sum(decode) if decode else None,
         cost_usd=None if None in costs else sum(c for c in costs if c is not None),
         energy_estimate=estimate,
+        work=tuple(piece for part in parts for piece in part.work),
     )
 
 
@@ -552,15 +555,17 @@ def _loglikelihood(
     picked = rows[np.arange(len(continuation_tokens)), continuation_tokens]
     logprob = float((picked - log_norm).sum())
     greedy = bool((rows.argmax(axis=1) == np.asarray(continuation_tokens)).all())
-    wall_s = time.monotonic() - started_s
+    ended_s = time.monotonic()
     part = Completion(
         text="",
         prompt_tokens=len(prompt),
         completion_tokens=0,
         finish_reason="stop",
-        wall_s=wall_s,
+        wall_s=ended_s - started_s,
         ttft_s=None,
         decode_s=None,
+        # One step of the engine's alone, for sharing energy with tasks in flight beside it.
+        work=(WorkPiece(started_s, ended_s, share=1.0, batch=1),),
     )
     return [logprob, greedy], part
 
