@@ -8,6 +8,7 @@ work each window did there instead (`Piece`). Over a run the windows' energies a
 counter's.
 """
 
+import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ class Knot:
 @dataclass(frozen=True, slots=True)
 class Span:
     """A window's time; `split_s` (the first token) divides prefill from decode; `work` holds
-    the engine steps its sequence took part in (empty: the engine did not say)."""
+    the engine steps its sequence took part in, in time order (empty: the engine did not say)."""
 
     start_s: float
     end_s: float  # float("inf") while the window is open
@@ -152,9 +153,17 @@ def attribute(
 
 def _work_claim_s(span: Span, until_s: float, low_s: float, high_s: float) -> float:
     """A span's claim on an interval: its share of each step, times the step's time inside the
-    interval (and inside the span, up to `until_s`)."""
+    interval (and inside the span, up to `until_s`). The steps are in time order, so only
+    those in the interval are visited (a long request has thousands)."""
     low_s, high_s = max(low_s, span.start_s), min(high_s, span.end_s, until_s)
-    return sum(p.share * _overlap_s(p.start_s, p.end_s, low_s, high_s) for p in span.work)
+    claim_s = 0.0
+    first = bisect.bisect_right(span.work, low_s, key=lambda piece: piece.end_s)
+    for index in range(first, len(span.work)):
+        piece = span.work[index]
+        if piece.start_s >= high_s:
+            break
+        claim_s += piece.share * _overlap_s(piece.start_s, piece.end_s, low_s, high_s)
+    return claim_s
 
 
 def _union_s(spans: Sequence[Span], low_s: float, high_s: float) -> float:

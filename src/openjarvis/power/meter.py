@@ -76,6 +76,7 @@ class WindowHandle:
         """
         with self._meter._lock:
             self._work.extend(Piece.of(piece) for piece in pieces)
+            self._work.sort(key=lambda piece: piece.end_s)  # attribution visits them in order
             self._work_given = True
 
     def mark_first_token(self, time_s: float) -> None:
