@@ -123,6 +123,24 @@ def test_a_full_line_is_answered_429_and_concurrency_1_takes_turns(store: Store)
     assert len(logged) == 2 and not any(r.shared for r in logged)
 
 
+def test_a_client_that_leaves_the_line_never_reaches_the_engine() -> None:
+    engine = FakeBatchingEngine(concurrency=1)
+    engine.flowing.clear()
+    with running_server(engine, None, max_queue=4) as server:
+        url = f"{server.url}/completions"
+        first = threading.Thread(target=httpx.post, args=(url,), kwargs={"json": {"prompt": "a"}})
+        first.start()
+        _until(lambda: engine.active == 1, "the first request to generate")
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json={"prompt": "b"}, timeout=0.3)
+        _until(lambda: server.admission.waiting == 0, "the line to empty")
+        engine.flowing.set()
+        first.join(timeout=10)
+        reply = httpx.post(url, json={"prompt": "c"}, timeout=10).json()
+    assert reply["choices"][0]["text"] == echo_reply("c")
+    assert engine.started == 2  # "b" left before its turn: the engine never saw it
+
+
 def test_shutdown_ends_streams_in_flight_before_the_engine_closes() -> None:
     engine = FakeBatchingEngine(_long_for_long, concurrency=2, step_s=0.05)
     started_s = time.monotonic()

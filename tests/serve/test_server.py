@@ -51,6 +51,9 @@ def _check_energy(energy: dict[str, object]) -> None:
     assert energy["method"] in METHODS
     assert energy["scope"] == "system"
     assert energy["sources"], "every energy figure names its sources"
+    # llama.cpp takes requests in turn: no window overlaps another; its steps (if it reports
+    # them) carry one sequence each.
+    assert energy["shared"] is False and energy["mean_batch"] in (None, 1.0)
     if energy["energy_j"] is None:
         assert energy["null_reason"]
     else:
