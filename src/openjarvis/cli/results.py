@@ -207,7 +207,11 @@ def _metadata_table(run: RunRecord) -> Table:
     if host is not None:
         rows += [
             ("host", f"{host.hostname} (fingerprint {host.fingerprint})"),
-            ("cpu", f"{host.cpu_model}, {host.cpu_physical_cores}/{host.cpu_logical_cores} cores"),
+            (
+                "cpu",
+                f"{host.cpu_model}, {_count(host.cpu_physical_cores)}/"
+                f"{_count(host.cpu_logical_cores)} cores",
+            ),
             ("memory", f"{host.memory_bytes / 2**30:.1f} GiB"),
             ("gpus", ", ".join(host.gpus) or "none"),
             ("gpu driver", host.gpu_driver or "—"),
@@ -353,6 +357,10 @@ def _tasks_table(run: RunRecord, tasks: list[TaskResultRecord]) -> Table:
             "; ".join(filter(None, [task.energy_null_reason, _shared_text(task), *failures]))[:60],
         )
     return table
+
+
+def _count(value: int | None) -> str:
+    return "—" if value is None else str(value)
 
 
 def _shared_text(task: TaskResultRecord) -> str | None:

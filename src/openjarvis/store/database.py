@@ -434,10 +434,15 @@ def _migrate(engine: Engine, shown: str) -> None:
     # Config values go through ConfigParser interpolation, so a '%' in the path must be doubled.
     config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
     try:
-        with engine.begin() as connection:
+        with (
+            engine.connect() as connection,
+            _foreign_keys_off(connection),
+            connection.begin(),
+        ):
             _lock_for_migration(connection)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
+            _check_foreign_keys(connection, shown)
     except CommandError as error:
         raise UserError(
             f"database {shown} has a schema this OpenJarvis does not know ({error}); "
@@ -449,6 +454,34 @@ def _migrate(engine: Engine, shown: str) -> None:
         raise UserError(
             f"{shown} is not an OpenJarvis database ({_first_line(error)}); {FIX} to another file"
         ) from None
+
+
+@contextmanager
+def _foreign_keys_off(connection: Connection) -> Iterator[None]:
+    """SQLite: foreign keys off while migrating. Its batch mode rebuilds a table by copying it
+    and dropping the old one, which a foreign key pointing at it (run -> host) refuses; the
+    setting can change only outside a transaction, so it is set around the migration's."""
+    if connection.dialect.name != "sqlite":
+        yield
+        return
+    connection.exec_driver_sql("PRAGMA foreign_keys = OFF")
+    connection.commit()
+    try:
+        yield
+    finally:
+        connection.exec_driver_sql("PRAGMA foreign_keys = ON")
+        connection.commit()
+
+
+def _check_foreign_keys(connection: Connection, shown: str) -> None:
+    """SQLite: every reference still holds after the migration (checked before it commits, as
+    foreign keys were off while it ran)."""
+    if connection.dialect.name != "sqlite":
+        return
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if broken:
+        tables = ", ".join(sorted({str(row[0]) for row in broken}))
+        raise UserError(f"{shown} has rows whose references are broken ({tables}); {DAMAGED_FIX}")
 
 
 def _first_line(error: DatabaseError) -> str:

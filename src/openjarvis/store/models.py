@@ -88,8 +88,8 @@ class Host(Base):
     fingerprint: Mapped[str] = mapped_column(String(128), unique=True)
     hostname: Mapped[str] = mapped_column(String(255))
     cpu_model: Mapped[str] = mapped_column(String(255))
-    cpu_physical_cores: Mapped[int] = mapped_column(Integer)
-    cpu_logical_cores: Mapped[int] = mapped_column(Integer)
+    cpu_physical_cores: Mapped[int | None] = mapped_column(Integer)  # NULL: the OS cannot tell
+    cpu_logical_cores: Mapped[int | None] = mapped_column(Integer)
     memory_bytes: Mapped[int] = mapped_column(BigInteger)
     gpus: Mapped[list[str]] = mapped_column(JSON)
     gpu_driver: Mapped[str | None] = mapped_column(String(64))

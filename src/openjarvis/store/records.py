@@ -23,8 +23,8 @@ class HostRecord:
     fingerprint: str
     hostname: str
     cpu_model: str
-    cpu_physical_cores: int
-    cpu_logical_cores: int
+    cpu_physical_cores: int | None  # None: the OS cannot tell
+    cpu_logical_cores: int | None
     memory_bytes: int
     gpus: tuple[str, ...]  # "NVIDIA H200 (GPU-uuid)" per visible GPU
     gpu_driver: str | None
