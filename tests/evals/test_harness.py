@@ -25,6 +25,7 @@ from openjarvis.evals.harness import (
 from openjarvis.evals.prompting import answer_task, run_prompting, task_request
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.types import Task
+from openjarvis.runtime.chat_template import ChatTemplate
 from openjarvis.runtime.types import (
     ChatMessage,
     ChatRequest,
@@ -305,11 +306,16 @@ class LogitsEngine:
     n_ctx = 64
     BOS = 0
 
+    # A template that marks turns with one character each: "user: ab" renders "^ab>".
+    chat_template = ChatTemplate("toy", lambda messages: "^" + messages[-1].content + ">", "")
+
     def __init__(self, logits: np.ndarray) -> None:
         self._logits = logits  # [vocab]: the same distribution after every position
         self.calls: list[tuple[list[int], int]] = []
+        self.special: list[bool] = []
 
-    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+    def encode(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        self.special.append(special)
         return [self.BOS] * add_bos + [ord(c) - ord("a") + 1 for c in text]
 
     def logits(self, prompt: list[int], first: int = 0) -> np.ndarray:
@@ -350,7 +356,7 @@ def test_llama_cpp_and_torch_give_the_same_log_likelihoods_of_the_embedded_model
     llama.cpp's quantised kernels and torch's dequantised weights part by, and rank alike."""
     pytest.importorskip("torch")
     pytest.importorskip("gguf")
-    from openjarvis.evals.harness import _loglikelihood
+    from openjarvis.evals.harness import ChatContext, _loglikelihood
     from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
 
     context = "Question: What is the capital of France?\nAnswer:"
@@ -361,6 +367,9 @@ def test_llama_cpp_and_torch_give_the_same_log_likelihoods_of_the_embedded_model
         engine = open_engine(spec, resolve_engine_model(spec))
         try:
             scores[kind] = [_loglikelihood(engine, "t", context, c)[0] for c in choices]
+            # The same under the model's chat template, which both engines render alike.
+            chat = ChatContext('[{"role": "user", "content": "The capital of France?"}]')
+            scores[kind].append(_loglikelihood(engine, "t", chat, "Paris")[0])
         finally:
             engine.close()
     for (llama_lp, llama_greedy), (torch_lp, torch_greedy) in zip(
@@ -368,7 +377,7 @@ def test_llama_cpp_and_torch_give_the_same_log_likelihoods_of_the_embedded_model
     ):
         assert llama_lp == pytest.approx(torch_lp, rel=0.05, abs=0.3)
         assert llama_greedy == torch_greedy
-    ranked = {kind: np.argsort([lp for lp, _ in s]).tolist() for kind, s in scores.items()}
+    ranked = {kind: np.argsort([lp for lp, _ in s[:3]]).tolist() for kind, s in scores.items()}
     assert ranked["llamacpp"] == ranked["torch"]
     assert np.argmax([lp for lp, _ in scores["llamacpp"]]) == 0  # Paris, even for 270M
 
@@ -419,9 +428,22 @@ def test_under_a_chat_template_a_generation_goes_as_chat_messages(tasks_dir: Pat
     assert run_prompting([plain], "chat") == {"harness": "completion"}
 
 
-def test_log_likelihood_under_a_chat_template_is_refused(tasks_dir: Path) -> None:
-    with pytest.raises(UserError, match="tiny_mc scores by log-likelihood, which OpenJarvis"):
-        load_harness_suite(f"lm-eval:tiny_mc?include={tasks_dir}&apply_chat_template=1")
+def test_log_likelihood_under_a_chat_template_scores_the_rendered_prompt(
+    tasks_dir: Path,
+) -> None:
+    from openjarvis.evals.harness import ChatContext, _loglikelihood
+
+    suite = f"lm-eval:tiny_mc?limit=1&include={tasks_dir}&apply_chat_template=1"
+    task = load_harness_suite(suite)[0]
+    context, continuation = document(task).instances[1].args
+    # Under a chat template lm-eval drops the space before the answer: it starts the model's turn.
+    assert isinstance(context, ChatContext) and continuation == "4"
+    assert context.messages() == (ChatMessage("user", "Question: What is 2 + 2?\nAnswer:"),)
+    engine = LogitsEngine(np.zeros(4, dtype=np.float32))
+    _loglikelihood(engine, "t", ChatContext('[{"role": "user", "content": "ab"}]'), "b")  # type: ignore[arg-type]
+    # Rendered "^ab>", its marks parsed as special tokens; then the continuation "b".
+    assert engine.calls == [([0, *engine.encode("^ab>", False), 2][:-1], 4)]
+    assert engine.special[:2] == [True, True]
 
 
 def test_a_completion_that_is_not_the_responses_is_one_line(tasks_dir: Path) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from openjarvis.errors import UserError
 from openjarvis.evals.types import ExecutionResult, Task
+from openjarvis.runtime.chat_template import ChatTemplate
 from openjarvis.runtime.types import (
     ChatMessage,
     ChatRequest,
@@ -284,11 +285,6 @@ def _documents(name: str, harness_task: Any, suite: HarnessSuite) -> list[Task]:
     elif harness_task.get_config("num_fewshot") is None:
         harness_task.set_config(key="num_fewshot", value=0)
     harness_task.set_fewshot_seed(seed=suite.fewshot_seed)
-    if suite.apply_chat_template and output_type != "generate_until":
-        raise UserError(
-            f"lm-eval task {name} scores by log-likelihood, which OpenJarvis does not yet run "
-            "under a chat template; leave apply_chat_template out for it"
-        )
     try:
         harness_task.build_all_requests(
             limit=suite.limit,
@@ -504,25 +500,35 @@ def _fold(
 
 # ---- log-likelihood -----------------------------------------------------------------------
 
-Tokens = Callable[[str], list[int]]
-Rows = Callable[[list[int], int], np.ndarray]  # (prompt, first) -> logits after first.. [n, vocab]
+
+@dataclass(frozen=True, slots=True)
+class _LogprobAccess:
+    """What scoring a continuation needs of an engine: its tokenizer (text, add BOS, parse
+    special tokens), its logits after positions from `first` on, its context size and chat
+    template."""
+
+    encode: Callable[[str, bool, bool], list[int]]
+    logits: Callable[[list[int], int], np.ndarray]
+    n_ctx: int
+    chat_template: ChatTemplate
 
 
-def _logprob_access(engine: Engine, task_name: str) -> tuple[Tokens, Rows, int]:
-    """The engine's tokenizer, its logits and its context size, or a UserError saying which
-    engines can score continuations."""
+def _logprob_access(engine: Engine, task_name: str) -> _LogprobAccess:
+    """The engine's log-likelihood surface, or a UserError saying which engines have one."""
     if engine.kind == "llamacpp":
         llama: Any = engine
-        return llama.encode, llama.logits, int(llama.n_ctx)
+        return _LogprobAccess(llama.encode, llama.logits, int(llama.n_ctx), llama.chat_template)
     if engine.kind == "torch":
         torch_engine: Any = engine
-        if torch_engine.tokenizer is None:
+        tokenizer = torch_engine.tokenizer
+        if tokenizer is None:
             raise UserError("the torch engine needs a GGUF model to tokenize lm-eval requests")
 
         def rows(prompt: list[int], first: int) -> np.ndarray:
             return np.asarray(torch_engine.logits(prompt)[first:].numpy())
 
-        return torch_engine.tokenizer.encode, rows, int(torch_engine.config.max_seq_len)
+        n_ctx = int(torch_engine.config.max_seq_len)
+        return _LogprobAccess(tokenizer.encode, rows, n_ctx, tokenizer.chat_template)
     raise UserError(_no_logprobs(task_name, engine.kind))
 
 
@@ -531,17 +537,24 @@ def _loglikelihood(
 ) -> tuple[list[object], Completion]:
     """[log P(continuation | context), whether greedy decoding gives it], as lm-eval's own
     HuggingFace model computes it: the continuation's tokens are those of context +
-    continuation after the context's, and a context too long loses its oldest tokens."""
-    encode, logits, n_ctx = _logprob_access(engine, task_name)
+    continuation after the context's, and a context too long loses its oldest tokens. A chat
+    context (apply_chat_template) is rendered with the model's template first, its special
+    tokens parsed as the engine parses a chat prompt."""
+    access = _logprob_access(engine, task_name)
     started_s = time.monotonic()
+    add_bos, special = True, False
+    if isinstance(context, ChatContext):
+        context = access.chat_template.render(context.messages())
+        add_bos, special = not access.chat_template.prompt_has_bos(context), True
     spaces = len(context) - len(context.rstrip(" "))
     if spaces:  # lm-eval moves the context's trailing spaces into the continuation
         context, continuation = context[:-spaces], context[-spaces:] + continuation
-    whole = encode(context + continuation)
-    context_tokens = max(len(encode(context)), 1)  # at least the BOS token
+    whole = access.encode(context + continuation, add_bos, special)
+    context_tokens = max(len(access.encode(context, add_bos, special)), 1)  # at least BOS
     continuation_tokens = whole[context_tokens:]
     if not continuation_tokens:
         raise UserError(f"lm-eval task {task_name} asked to score an empty continuation")
+    n_ctx = access.n_ctx
     prompt = whole[:-1][-(n_ctx):]  # the last token is only predicted, never fed
     first = len(prompt) - len(continuation_tokens)
     if first < 0:
@@ -549,7 +562,7 @@ def _loglikelihood(
             f"an lm-eval continuation of task {task_name} ({len(continuation_tokens)} tokens) "
             f"does not fit the context of {n_ctx} tokens; raise --n-ctx"
         )
-    rows = logits(prompt, first).astype(np.float64)
+    rows = access.logits(prompt, first).astype(np.float64)
     peak = rows.max(axis=1, keepdims=True)
     log_norm = peak[:, 0] + np.log(np.exp(rows - peak).sum(axis=1))
     picked = rows[np.arange(len(continuation_tokens)), continuation_tokens]

@@ -253,9 +253,10 @@ class LlamaCppEngine:
 
     # ---- log-likelihood (lm-eval's loglikelihood requests use these) ------------------------
 
-    def encode(self, text: str, add_bos: bool = True) -> list[int]:
-        """The model's tokens for plain text (no special tokens parsed)."""
-        return list(self._llama.tokenize(text.encode("utf-8"), add_bos, False))
+    def encode(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """The model's tokens for text; `special` parses special tokens written as text (a
+        rendered chat template's), as a chat request's prompt is parsed."""
+        return list(self._llama.tokenize(text.encode("utf-8"), add_bos, special))
 
     def logits(self, prompt: list[int], first: int = 0) -> np.ndarray:
         """Float32 logits after each prompt position from `first` on, [len(prompt) - first,
