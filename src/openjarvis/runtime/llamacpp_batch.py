@@ -215,7 +215,8 @@ class BatchScheduler:
             self._context.decode(self._batch)
             sequence.fed.extend(chunk)
             if start + self._n_batch >= len(rest):
-                self._emit(sequence, sequence.sampler.sample(self._context, len(chunk) - 1))
+                token = sequence.sampler.sample(self._context, len(chunk) - 1)
+                self._emit(sequence, token, time.monotonic())
             sequence.work.append(WorkPiece(step_start_s, time.monotonic(), 1.0, 1))
         if sequence.produced < sequence.max_tokens and not self._ended(sequence):
             self._running.append(sequence)
@@ -236,20 +237,22 @@ class BatchScheduler:
             sequence.fed.append(sequence.last)
         step_start_s = time.monotonic()
         self._context.decode(self._batch)
-        for index, sequence in enumerate(running):
-            self._emit(sequence, sequence.sampler.sample(self._context, index))
+        chosen = [s.sampler.sample(self._context, index) for index, s in enumerate(running)]
         step_end_s = time.monotonic()
+        # Streams wake only now, all at once: a stream woken mid-step would take the GIL from
+        # this thread between its samplers' calls (a stall per call on a busy machine).
         share = 1.0 / len(running)
-        for sequence in running:
+        for sequence, token in zip(running, chosen, strict=True):
             sequence.work.append(WorkPiece(step_start_s, step_end_s, share, len(running)))
+            self._emit(sequence, token, step_end_s)
         for sequence in list(running):
             if sequence.produced >= sequence.max_tokens or self._ended(sequence):
                 self._retire(sequence, running=True)
 
-    def _emit(self, sequence: Sequence, token: int) -> None:
+    def _emit(self, sequence: Sequence, token: int, time_s: float) -> None:
         sequence.last = token
         sequence.produced += 1
-        sequence._items.put((token, time.monotonic()))
+        sequence._items.put((token, time_s))
 
     def _ended(self, sequence: Sequence) -> bool:
         return self._is_end(sequence.last)
