@@ -10,8 +10,9 @@ from contextlib import suppress
 
 __all__ = ["DEFAULT_MAX_CONCURRENCY", "DEFAULT_MAX_QUEUE", "Admission", "Overloaded"]
 
-# Bounds for memory (a batching engine's sequences) and for the wait: 32 requests behind one
-# llama.cpp context at ~15 s each wait minutes, near the openai client's 10-minute timeout.
+# Bounds for memory (a batching engine's sequences) and for the wait: 32 requests behind
+# llama.cpp's 4 sequences on a small CPU (~15 s a reply) wait about 2 minutes, well inside the
+# openai client's 10-minute timeout.
 DEFAULT_MAX_CONCURRENCY = 64
 DEFAULT_MAX_QUEUE = 32
 

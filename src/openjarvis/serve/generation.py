@@ -1,7 +1,7 @@
 """One request's generation in a worker thread: the engine's synchronous stream runs inside the
 request's own meter window, and its chunks, then the completion with its resolved energy, are
 handed to the event loop. Cancelling closes the engine's generator in its own thread, which
-frees the sequence (a batching engine's slot, llama.cpp's lock) at the next token.
+frees the sequence (a batching engine's KV cache slot) at the next token.
 
 A thread per request rather than a pool: the generator must be advanced and closed by one
 thread, and a stream lasts seconds, so a thread's start-up (~0.1 ms) costs nothing.

@@ -159,8 +159,8 @@ class EnergyServer:
         # Sources of the meter's scope that another measurement held when the server started
         # (source -> who): replies' energy then includes that measurement's draw.
         self.shared_with: dict[str, str] = {}
-        # An engine of concurrency 1 (one llama.cpp context) takes requests in turn, so their
-        # windows never overlap; a batching engine's overlap and its energy is split by work.
+        # An engine of concurrency 1 takes requests in turn, so their windows never overlap; a
+        # batching engine's overlap, and the meter splits them by the work each did.
         self.admission = Admission(min(max_concurrency, engine.concurrency), max_queue)
         self._api_key = api_key
         self._generations: set[Generation] = set()
