@@ -84,7 +84,7 @@ def _invalid_body(error: ValidationError) -> ApiError:
         message = f"the body is not valid JSON ({first['ctx']['error']})"
     elif param is None:
         message = "the body must be a JSON object"
-    elif param is not None:
+    else:
         message = f"'{param}': {message}"
     more = error.error_count() - 1
     return ApiError(
@@ -107,13 +107,15 @@ async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, _T])
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_client_gone(request))
     try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
         if not task.done():
             task.cancel()
+    if task in done:
+        return task.result()
     with suppress(asyncio.CancelledError):
-        return await task
+        await task  # let it unwind: its cleanup frees the slot and the engine
     return None
 
 
