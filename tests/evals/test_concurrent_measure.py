@@ -223,6 +223,7 @@ def test_tasks_in_flight_share_the_energy_and_add_up_to_the_union(
     shared = [t for t in tasks if t.shared]
     assert [t.shared for t in tasks] == [t.overlapped for t in tasks] and len(shared) >= 6
     assert all(t.mean_batch is not None and t.mean_batch > 1 for t in shared)
+    assert result.window_flags["overlapped"] == 0  # split by work, not by time: nothing to flag
     # The tasks' shares add up to the union of their windows (conservation), gross and net.
     assert result.conservation["ratio"] == pytest.approx(1.0, abs=0.01)
     figures = result.concurrency

@@ -109,7 +109,7 @@ def measure(
     concurrency: Annotated[
         int,
         typer.Option(
-            help="Tasks in flight at once, up to the engine's own limit (llamacpp 1); their "
+            help="Tasks in flight at once (1 or more, up to the engine's own limit); their "
             "energy is shared by the work each did"
         ),
     ] = 1,

@@ -312,7 +312,10 @@ LARGE_TAIL_SHARE = 0.25
 
 
 def window_flags(records: Sequence[TaskResultRecord]) -> dict[str, int]:
-    """How many tasks had windows short for the counters, overlapping others, or a large tail."""
+    """How many tasks had windows short for the counters, overlapping others, or a large tail.
+
+    A task that overlapped others on an engine that said what work each did has its share by
+    that work (`shared`), so only overlaps split by time are counted."""
     large_tail = 0
     for record in records:
         tail_j, net_j = record.tail_energy_j, record.net_energy_j
@@ -325,7 +328,7 @@ def window_flags(records: Sequence[TaskResultRecord]) -> dict[str, int]:
     return {
         "tasks": len(records),
         "low_resolution": sum(any(e.low_resolution for e in r.energy) for r in records),
-        "overlapped": sum(r.overlapped for r in records),
+        "overlapped": sum(r.overlapped and not r.shared for r in records),
         "large_tail": large_tail,
     }
 
