@@ -439,8 +439,8 @@ def _measured_tasks(
 
     One at a time, each task generates in this thread (Ctrl-C stops the generation itself).
     With `spec.concurrency` above 1, that many tasks generate at once in worker threads and
-    this thread scores them as they finish (scoring stays outside every window's task, though
-    it runs while others generate). Closing the iterator (an error, Ctrl-C) starts no more
+    this thread scores them as they finish (outside the scored task's windows, though while
+    other tasks generate). Closing the iterator (an error, Ctrl-C) starts no more
     tasks and waits for those in flight: they are dropped, and the engine is idle when the
     caller closes it.
     """
