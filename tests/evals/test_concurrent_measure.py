@@ -4,6 +4,7 @@ windows, the run's exact J/task is the union over the tasks, and interrupting ke
 finished. Faked at the edges only: a batching engine with scripted replies (its steps drive the
 board's power) and NVML (its counter refreshes every 100 ms, as on an H200)."""
 
+import _thread
 import io
 import math
 import threading
@@ -337,3 +338,30 @@ def test_an_interrupted_run_keeps_finished_tasks_and_resumes_the_rest(
         tasks = store.task_results(run_id)
     assert run.state == "complete" and run.concurrency == 4
     assert sorted(t.task_id for t in tasks) == sorted(t.task_id for t in load_suite(SUITE)[:8])
+
+
+def test_ctrl_c_while_tasks_generate_waits_for_them_and_marks_the_run_interrupted(
+    engine: BatchingEngine, tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGTERM becomes one in the CLI) arriving while this thread waits for the tasks
+    in flight: no more start, those in flight end before the engine closes."""
+    timer = threading.Timer(0.15, _thread.interrupt_main)  # KeyboardInterrupt in this thread
+    generate, first = engine.generate, threading.Lock()
+
+    def generate_and_interrupt_soon(request: Request) -> Completion:
+        if first.acquire(blocking=False):  # once, when the first task generates
+            timer.start()
+        return generate(request)
+
+    engine.generate = generate_and_interrupt_soon  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RunInterrupted) as stopped:
+            run_measure(spec_for(tmp_path, limit=20))
+    finally:
+        timer.cancel()
+    assert len(engine._active) == 0 and not engine._thread.is_alive()  # closed after they ended
+    with open_store(str(tmp_path / "runs.db")) as store:
+        run = store.get_run(stopped.value.run_id)
+        saved = store.task_results(stopped.value.run_id)
+    assert run.state == "interrupted"
+    assert stopped.value.tasks_saved == len(saved) < 20
