@@ -8,6 +8,7 @@ from unittest import mock
 import psutil
 
 from openjarvis import hostinfo
+from openjarvis.power.estimate import cpu_model_name
 from openjarvis.store.records import HostRecord
 
 _Memory = namedtuple("_Memory", "total")
@@ -19,7 +20,7 @@ def _host(
 ) -> HostRecord:
     # The hardware edge: what psutil and the platform module report.
     with (
-        mock.patch.object(hostinfo, "cpu_model", return_value=_EPYC),
+        mock.patch.object(hostinfo, "cpu_model_name", return_value=_EPYC),
         mock.patch.object(psutil, "cpu_count", side_effect=lambda logical=True: cores[logical]),
         mock.patch.object(psutil, "virtual_memory", return_value=_Memory(1 << 40)),
         mock.patch.object(platform, "platform", return_value="Linux-6.8.0-x86_64-with-glibc2.39"),
@@ -38,9 +39,11 @@ def test_an_unknown_core_count_is_left_out_of_the_fingerprint_not_hashed_as_zero
     unknown = _host({True: None, False: None})
     assert unknown.fingerprint != _host({True: 0, False: 0}).fingerprint
     assert unknown.fingerprint != _host({True: 192, False: 96}).fingerprint
+    assert (unknown.cpu_physical_cores, unknown.cpu_logical_cores) == (None, None)  # not 0
 
 
 def test_cpu_model_reads_the_model_name_line(tmp_path: Path) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nmodel name\t: {_EPYC}\nflags\t: sse avx\n")
-    assert hostinfo.cpu_model(cpuinfo) == _EPYC
+    assert cpu_model_name(cpuinfo) == _EPYC
+    assert cpu_model_name(tmp_path / "missing") != ""  # the platform module's answer

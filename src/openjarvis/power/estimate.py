@@ -83,15 +83,20 @@ def _normalise(model: str) -> str:
 
 
 def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's marketing name, as Linux reports it (or what platform knows elsewhere)."""
-    if cpuinfo.is_file():
+    """The CPU's marketing name as Linux reports it, else what the platform module knows.
+
+    The one reader of the CPU's name: the estimate looks its TDP up by it, and host
+    fingerprints hash it, so its fallbacks must not change."""
+    try:
         for line in cpuinfo.read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "model name" and value.strip():
                 return value.strip()
-    import platform  # only off Linux
+    except OSError:
+        pass
+    import platform  # only where /proc/cpuinfo says nothing
 
-    return platform.processor() or "unknown CPU"
+    return platform.processor() or platform.machine()
 
 
 def power_model(cpu_model: str | None = None, logical_cpus: int | None = None) -> CpuPowerModel:

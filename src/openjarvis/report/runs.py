@@ -117,7 +117,9 @@ def host_label(run: RunRecord) -> str:
         hardware = f"{len(host.gpus)} GPU{'s' if len(host.gpus) > 1 else ''}"
     else:
         cpu = re.sub(r"\((R|TM)\)|\bCPU\b|\bProcessor\b|@.*$", "", host.cpu_model or "")
-        hardware = f"{' '.join(cpu.split()) or 'CPU'}, {host.cpu_physical_cores} cores"
+        hardware = " ".join(cpu.split()) or "CPU"
+        if host.cpu_physical_cores:  # None (or 0, stored before 0008) when unknown
+            hardware += f", {host.cpu_physical_cores} cores"
     return f"{host.hostname} · {hardware}"
 
 
