@@ -176,11 +176,14 @@ class BatchScheduler:
             return admitted
 
     def _take_slot(self, prompt: list[int]) -> _Slot:
-        """The free slot whose cache shares the longest prefix with the prompt (any, without
-        prompt reuse)."""
-        if not self._reuse:
-            return self._free.pop()
-        best = max(self._free, key=lambda slot: _common_prefix(slot.cached, prompt))
+        """The free slot whose cache shares the longest prefix with the prompt, else the lowest
+        seq_id: running seq_ids stay consecutive (see `_decode_step`)."""
+
+        def rank(slot: _Slot) -> tuple[int, int]:
+            shared = _common_prefix(slot.cached, prompt) if self._reuse else 0
+            return shared, -slot.seq_id
+
+        best = max(self._free, key=rank)
         self._free.remove(best)
         return best
 
@@ -224,7 +227,10 @@ class BatchScheduler:
             self._retire(sequence, running=False)
 
     def _decode_step(self) -> None:
-        """One llama_decode with the last token of every running sequence."""
+        """One llama_decode with the last token of every running sequence, in seq_id order:
+        with a KV stream per sequence, llama.cpp computes together only rows whose seq_ids
+        rise by one (its split_equal), and splits the rest into further passes."""
+        self._running.sort(key=lambda s: s.slot.seq_id if s.slot else -1)
         running, raw = self._running, self._batch.batch
         raw.n_tokens = len(running)
         for index, sequence in enumerate(running):
