@@ -12,6 +12,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import llama_cpp
@@ -188,9 +189,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="default: physical cores")
     parser.add_argument(
         "--compare",
-        choices=("both", "engine", "serve"),
+        choices=("both", "engine", "serve", "batch"),
         default="both",
-        help="engine: against llama-cpp-python; serve: jarvis serve against in process",
+        help="engine: against llama-cpp-python; serve: jarvis serve against in process; "
+        "batch: as many clients at once as the engine batches, through the server and not",
     )
     args = parser.parse_args()
     model = resolve_model(None)
@@ -203,7 +205,7 @@ def main() -> None:
     )
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
 
-    if args.compare != "serve":
+    if args.compare in ("both", "engine"):
         llama = llama_cpp.Llama(
             model_path=str(model.path),
             n_ctx=2048,
@@ -214,8 +216,10 @@ def main() -> None:
         )
         compare_engines(engine, llama, args.max_tokens, args.rounds, reference)
         llama.close()
-    if args.compare != "engine":
+    if args.compare in ("both", "serve"):
         compare_server(engine, args.max_tokens, args.rounds, reference)
+    if args.compare == "batch":
+        compare_batch(engine, args.max_tokens, args.rounds)
 
     final = engine.generate(GenerationRequest(PROMPT, max_tokens=args.max_tokens))
     bandwidth = engine.bandwidth
@@ -245,6 +249,47 @@ def compare_engines(
     for timing in direct["llama-cpp-python create_completion"]:
         assert timing.text == reference.text, "greedy outputs differ: the runs are not comparable"
     report("engine vs llama-cpp-python", direct, "llama-cpp-python create_completion")
+
+
+def compare_batch(engine: LlamaCppEngine, max_tokens: int, count: int) -> None:
+    """`engine.concurrency` requests at once, as threads in process and as openai clients
+    through `jarvis serve`: total tokens over the wall time of the batch, paired by round."""
+    width = engine.concurrency
+
+    def at_once(one: Callable[[], int]) -> float:
+        start_s = time.monotonic()
+        with ThreadPoolExecutor(width) as pool:
+            tokens = sum(pool.map(lambda _: one(), range(width)))
+        return tokens / (time.monotonic() - start_s)
+
+    request = GenerationRequest(PROMPT, max_tokens=max_tokens)
+    with running_server(engine, None) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="bench", max_retries=0)
+
+        def through() -> int:
+            reply = client.completions.create(
+                model="m", prompt=PROMPT, max_tokens=max_tokens, temperature=0
+            )
+            assert reply.usage is not None
+            return reply.usage.completion_tokens
+
+        inside: list[float] = []
+        served_rates: list[float] = []
+        for index in range(count):
+            pair = [
+                (inside, lambda: engine.generate(request).completion_tokens),
+                (served_rates, through),
+            ]
+            for rates, one in pair if index % 2 == 0 else reversed(pair):
+                rates.append(at_once(one))
+    paired = [s / i for s, i in zip(served_rates, inside, strict=True)]
+    print(f"\n{width} requests at once (the engine's concurrency), tokens/s over the batch's wall")
+    print(f"| in process | {statistics.median(inside):.1f} |")
+    print(
+        f"| jarvis serve + openai clients | {statistics.median(served_rates):.1f} "
+        f"| paired ratio median {statistics.median(paired):.3f} "
+        f"({', '.join(f'{r:.3f}' for r in paired)}) |"
+    )
 
 
 def compare_server(engine: LlamaCppEngine, max_tokens: int, count: int, reference: Timing) -> None:
