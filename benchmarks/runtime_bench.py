@@ -1,9 +1,12 @@
 """Runtime benchmark, side by side in one run: our llama.cpp engine against llama-cpp-python's own
-create_completion, and `jarvis serve` (through the official openai client) against in process.
+create_completion, and `jarvis serve` (through the official openai client) against in process:
+one client, with the serving path's own cost per token (an engine whose tokens cost nothing),
+or (--compare batch) as many clients at once as the engine batches.
 
 Same GGUF, prompt, greedy decoding, max_tokens and threads; every request from a cold cache;
 the contenders alternate in each round so that other load on the machine hits them alike.
 Run: .venv/bin/python benchmarks/runtime_bench.py [--rounds 5] [--max-tokens 256]
+     [--compare both|engine|serve|batch]
 """
 
 import argparse
