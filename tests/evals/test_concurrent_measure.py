@@ -7,6 +7,10 @@ board's power) and NVML (its counter refreshes every 100 ms, as on an H200)."""
 import _thread
 import io
 import math
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Generator, Iterator
@@ -16,9 +20,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from openjarvis.cli.ipw import app, main
+from openjarvis.cli.ipw import app
 from openjarvis.cli.summary import print_summary, summary_dict
-from openjarvis.errors import RunInterrupted
+from openjarvis.errors import RunInterrupted, UserError
 from openjarvis.evals import runner
 from openjarvis.evals.runner import MeasureSpec, resume_measure, run_measure
 from openjarvis.evals.suites import load_suite, reference_solutions
@@ -282,33 +286,45 @@ def test_one_task_at_a_time_on_a_batching_engine_shares_nothing(
     assert "tasks in flight" not in console.file.getvalue()  # type: ignore[attr-defined]
 
 
+def test_more_tasks_in_flight_than_the_engine_takes_is_refused_before_any_row(
+    engine: BatchingEngine, tmp_path: Path
+) -> None:
+    with pytest.raises(UserError) as refused:
+        run_measure(spec_for(tmp_path, concurrency=5))
+    assert str(refused.value) == (
+        "--concurrency 5 is more than the torch engine runs at once (4); "
+        "use --concurrency 4 or less"
+    )
+    with open_store(str(tmp_path / "runs.db")) as store:
+        assert store.list_runs() == []
+
+
 @pytest.mark.parametrize(
     ("concurrency", "message"),
     [
-        (
-            "5",
-            "--concurrency 5 is more than the torch engine runs at once (4); use --concurrency 4",
-        ),
-        ("0", "--concurrency must be at least 1 task (got 0)"),
+        ("1000", r"--concurrency 1000 is more than the llamacpp engine runs at once \((\d+)\); "
+         r"use --concurrency \1 or less"),
+        ("0", r"--concurrency must be at least 1 task \(got 0\)"),
     ],
-)
-def test_more_tasks_in_flight_than_the_engine_takes_is_one_line_exit_2_before_any_row(
-    engine: BatchingEngine,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
-    concurrency: str,
-    message: str,
+)  # fmt: skip
+def test_the_refusal_is_one_line_and_exit_2_as_a_user_runs_it(
+    tmp_path: Path, concurrency: str, message: str
 ) -> None:
+    """The real embedded model and its llama.cpp engine, in a process of its own."""
     db = tmp_path / "runs.db"
-    argv = ["ipw", "measure", "--engine", "torch", "--concurrency", concurrency, "--db", str(db)]
-    monkeypatch.setattr("sys.argv", argv)
-    with pytest.raises(SystemExit) as exited:
-        main()
-    assert exited.value.code == 2
-    error = capfd.readouterr().err
-    assert error.count("\n") == 1 and message in error, error
-    assert not db.exists() or open_store(str(db)).list_runs() == []
+    done = subprocess.run(
+        [sys.executable, "-m", "openjarvis", "measure", "--concurrency", concurrency,
+         "--limit", "1", "--idle-seconds", "0", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")},
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and re.search(message, done.stderr), done.stderr
+    if db.exists():  # the store may be opened before the engine refuses: no run in it
+        with open_store(str(db)) as store:
+            assert store.list_runs() == []
 
 
 def test_an_interrupted_run_keeps_finished_tasks_and_resumes_the_rest(
