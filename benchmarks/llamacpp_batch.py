@@ -120,8 +120,10 @@ def together(
     return Timing(first_s - start_s, end_s - first_s, outputs)
 
 
-def through_engine(engine: "LlamaCppEngine", texts: list[str], max_tokens: int) -> float:
-    """N requests from N threads at once through the engine: new tokens per second of wall."""
+def through_engine(
+    engine: "LlamaCppEngine", texts: list[str], max_tokens: int
+) -> tuple[int, float]:
+    """N requests from N threads at once through the engine: new tokens, wall seconds."""
     from openjarvis.runtime.types import GenerationRequest
 
     counts: list[int] = []
@@ -138,7 +140,7 @@ def through_engine(engine: "LlamaCppEngine", texts: list[str], max_tokens: int) 
     start_s = time.perf_counter()
     for thread in threads:
         thread.join()
-    return sum(counts) / (time.perf_counter() - start_s)
+    return sum(counts), time.perf_counter() - start_s
 
 
 def batch_context(
@@ -201,18 +203,27 @@ def main() -> None:
     through_engine(engine, texts[:1], 4)
     results: dict[int, dict[str, list[Timing]]] = {n: {"a": [], "b": []} for n in args.sequences}
     engine_rates: dict[int, list[float]] = {n: [] for n in args.sequences}
+    # Process CPU seconds per new token (every thread, prefill included): less swayed than wall
+    # time by other processes taking turns on the cores, though not by their memory traffic.
+    cpu_per_token: dict[int, dict[str, list[float]]] = {
+        n: {"a": [], "b": [], "c": []} for n in args.sequences
+    }
     for index in range(args.rounds):
         for n in args.sequences:
             sides = ("a", "b", "c") if index % 2 == 0 else ("c", "b", "a")
             for side in sides:
-                if side == "a":
-                    timing = one_after_another(llama, prompts[:n], args.max_tokens)
-                elif side == "b":
-                    timing = together(llama, contexts[n], batch, prompts[:n], args.max_tokens)
+                cpu_start_s = time.process_time()
+                if side == "c":
+                    tokens, wall_s = through_engine(engine, texts[:n], args.max_tokens)
+                    engine_rates[n].append(tokens / wall_s)
                 else:
-                    engine_rates[n].append(through_engine(engine, texts[:n], args.max_tokens))
-                    continue
-                results[n][side].append(timing)
+                    if side == "a":
+                        timing = one_after_another(llama, prompts[:n], args.max_tokens)
+                    else:
+                        timing = together(llama, contexts[n], batch, prompts[:n], args.max_tokens)
+                    results[n][side].append(timing)
+                    tokens = sum(len(t) for t in timing.tokens)
+                cpu_per_token[n][side].append((time.process_time() - cpu_start_s) / tokens)
     print(f"load average at end: {os.getloadavg()[0]:.2f}\n")
     report(results)
     print("\n| N | (c) engine, N at once: end-to-end tok/s | ratio to (a) end to end | rounds |")
@@ -225,6 +236,16 @@ def main() -> None:
         )
         median = statistics.median(rates)
         print(f"| {n} | {median:.1f} | **{median / base:.2f}** | {rounds} |")
+    print(
+        "\n| N | CPU ms per new token, a / b / c | **CPU ratio (a)/(b)** | **CPU ratio (a)/(c)** |"
+    )
+    print("| ---: | --- | ---: | ---: |")
+    for n, per_side in cpu_per_token.items():
+        a_ms, b_ms, c_ms = (1000 * statistics.median(per_side[k]) for k in "abc")
+        print(
+            f"| {n} | {a_ms:.1f} / {b_ms:.1f} / {c_ms:.1f} | **{a_ms / b_ms:.2f}** "
+            f"| **{a_ms / c_ms:.2f}** |"
+        )
     batch.close()
     for context in contexts.values():
         context.close()
