@@ -138,16 +138,16 @@ def test_a_live_run_cannot_be_resumed_and_sigterm_interrupts_it(
     process = _start(db, env, *MEASURE_LONG)
     run_id = _wait_for_first_task(db, process)
 
+    with open_store(str(db)) as store:
+        worker = store.get_run(run_id).process_pid  # the child that runs the engine
     second = _start(db, env, "measure", "--resume", run_id)
     _, err = second.communicate(timeout=120)
     assert second.returncode == 2
     assert err == (
-        f"error: run {run_id} is still being measured by process {process.pid} on this machine; "
-        f"let it finish, or stop it (Ctrl-C, or `kill {process.pid}`) and resume it then\n"
+        f"error: run {run_id} is still being measured by process {worker} on this machine; "
+        f"let it finish, or stop it (Ctrl-C, or `kill {worker}`) and resume it then\n"
     )
     assert process.poll() is None  # the first process measures on, undisturbed
-    with open_store(str(db)) as store:
-        assert store.get_run(run_id).process_pid == process.pid
 
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
@@ -164,15 +164,30 @@ def test_a_live_run_cannot_be_resumed_and_sigterm_interrupts_it(
 def test_a_native_fault_mid_run_is_reported_and_the_run_resumes(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
-    """A segfault in a native library (delivered here as the signal itself) prints Python's
-    fault report instead of dying silently, and the finished tasks resume."""
+    """A segfault in a native library (delivered here as the signal itself, to the process
+    that runs the engine) ends the command with one line naming the run, the tasks saved and
+    the resume command; Python's fault report goes to the file the line names."""
     db = tmp_path / "runs.db"
     process = _start(db, env, *MEASURE)
     run_id = _wait_for_first_task(db, process)
-    process.send_signal(signal.SIGSEGV)
+    with open_store(str(db)) as store:
+        worker = store.get_run(run_id).process_pid
+    assert worker is not None and worker != process.pid  # the engine runs in a child
+    os.kill(worker, signal.SIGSEGV)
     _, err = process.communicate(timeout=120)
-    assert process.returncode == -signal.SIGSEGV
-    assert "Fatal Python error: Segmentation fault" in err
+    assert process.returncode == 70
+    with open_store(str(db)) as store:
+        saved = len(store.task_results(run_id))
+    line = err.strip().splitlines()[-1]
+    expected = (
+        f"error: the engine's native code crashed (SIGSEGV) in run {run_id} with {saved} "
+        f"task(s) saved; continue it with `ipw measure --resume {run_id} --db {db}`; "
+        "fault report: "
+    )
+    assert line.startswith(expected), err
+    assert "Fatal Python error" not in err and "Traceback" not in err
+    report = Path(line.removeprefix(expected))
+    assert "Fatal Python error: Segmentation fault" in report.read_text()
     resumed = _start(db, env, "measure", "--resume", run_id, "--json")
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err

@@ -3,7 +3,6 @@
 Every UserError becomes one line on stderr and exit code 2, with no traceback.
 """
 
-import faulthandler
 import signal
 import sys
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from openjarvis.cli.power import power_command
 from openjarvis.cli.progress import measure_progress
 from openjarvis.cli.report import report_command
 from openjarvis.cli.requests import requests_command
+from openjarvis.cli.supervise import enable_fault_report, is_supervised, run_supervised
 from openjarvis.cli.version import VersionOption
 from openjarvis.errors import RunInterrupted, UserError
 from openjarvis.store import open_reader, refuse_if_live
@@ -258,11 +258,14 @@ def _interruptions_reported(resume: str | None, db: str | None) -> Iterator[None
 
 
 def main() -> None:
-    # A native library that faults mid-run (llama.cpp, CUDA) still says where, instead of a
-    # silent exit 132/139; finished tasks are already saved and `--resume` continues the run.
-    faulthandler.enable()
+    arguments = sys.argv[1:]
+    if arguments[:1] == ["measure"] and not is_supervised():
+        # The engine runs in a child: a native fault mid-run becomes one line (supervise.py).
+        sys.exit(run_supervised(arguments))
+    # A native library that faults still says where, instead of a silent exit 132/139.
+    enable_fault_report()
     try:
-        app()
+        app(prog_name="ipw")
     except UserError as error:
         sys.stderr.write(f"error: {error}\n")
         sys.exit(2)
