@@ -50,8 +50,8 @@ class LlamaCppSettings:
     # every request from a cold cache so that each sample pays for its own prefill.
     reuse_prompt_cache: bool = True
     # Sequences decoded together, one token each per llama_decode; each holds n_ctx KV cells.
-    # On 2 CPU cores 4 sequences decoded 1.3-1.4x the tokens/s of one after another, 8 about
-    # 2x (docs/benchmarks.md); 1 takes requests strictly in turn.
+    # On 2 CPU cores 4 requests at once run 1.2-1.4x the tokens/s of one after another, 8
+    # 1.5-1.7x, 2 nothing (docs/benchmarks.md); 1 takes requests strictly in turn.
     max_sequences: int = 4
 
     def resolved_threads(self) -> int:
