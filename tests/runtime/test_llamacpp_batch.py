@@ -1,6 +1,7 @@
 """Several requests per llama.cpp decode step, on the real embedded model: each gets its own text,
 a closed stream frees its sequence, and every step's work shares add up to one."""
 
+import json
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ import pytest
 from openjarvis.errors import UserError
 from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
 from openjarvis.runtime.models import resolve_model
-from openjarvis.runtime.types import Completion, GenerationRequest
+from openjarvis.runtime.types import ChatMessage, ChatRequest, Completion, GenerationRequest
 
 PROMPTS = (
     'def add(a: int, b: int) -> int:\n    """Return the sum of a and b."""\n',
@@ -142,3 +143,26 @@ def test_seeded_sampling_repeats_inside_a_batch(engine: LlamaCppEngine) -> None:
     assert engine.generate(sampled).text == alone
     greedy = engine.generate(GenerationRequest(PROMPTS[3], max_tokens=16)).text
     assert alone != greedy, "temperature 0.9 should leave the greedy path within 16 tokens"
+
+
+def test_a_json_schema_request_decodes_in_the_batch(engine: LlamaCppEngine) -> None:
+    """Its grammar lives in its own sampler chain, so it shares steps with plain requests."""
+    schema: dict[str, object] = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    person = (ChatMessage("user", "Describe a person as JSON with a name and an age."),)
+    plain = [GenerationRequest(p, max_tokens=40) for p in PROMPTS[:2]]
+    results: list[Completion] = []
+    threads = [
+        threading.Thread(target=lambda r=r: results.append(engine.generate(r))) for r in plain
+    ]
+    for thread in threads:
+        thread.start()
+    constrained = engine.generate(ChatRequest(person, max_tokens=40, json_schema=schema))
+    for thread in threads:
+        thread.join(timeout=120)
+    decoded = json.loads(constrained.text)
+    assert isinstance(decoded["name"], str) and isinstance(decoded["age"], int)
+    assert max(piece.batch for piece in constrained.work) > 1
