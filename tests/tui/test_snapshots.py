@@ -6,9 +6,12 @@ The figures repeat from run to run: a fixed terminal size, scripted replies on a
 to the screens, look at the report and run `pytest tests/tui --snapshot-update`.
 """
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 
 from openjarvis.tui import AssistantApp
@@ -24,6 +27,18 @@ SIZE = (150, 32)
 STEP_S = 0.05  # each reading of the scripted engine's clock moves it on: 20 tokens/s exactly
 
 SnapCompare = Callable[..., bool]
+
+
+@pytest.fixture
+def project() -> Iterator[Path]:
+    """The project folder at a fixed path: the system prompt names it, and its length (a
+    tmp_path's varies) moves the token counts on screen."""
+    folder = Path("/tmp/openjarvis-snapshot/project")
+    shutil.rmtree(folder.parent, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "hello.py").write_text('print("hello")\n')
+    yield folder
+    shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def scripted(replies: list[str]) -> ScriptedEngine:
