@@ -156,11 +156,16 @@ class Scheduler:
         stamped with the step's end time (delivered by `deliver`); finished sequences give
         their blocks back."""
         total = step.tokens
+        # Rows of equal size share one (frozen) piece: a decode step makes one, not one per row.
+        pieces: dict[int, WorkPiece] = {}
         for row, token in zip(step.rows, picked, strict=True):
             sequence = row.sequence
-            sequence.cached = row.start + len(row.tokens)
-            share = len(row.tokens) / total
-            sequence.work.append(WorkPiece(start_s, end_s, share, len(step.rows)))
+            size = len(row.tokens)
+            sequence.cached = row.start + size
+            piece = pieces.get(size)
+            if piece is None:
+                piece = pieces[size] = WorkPiece(start_s, end_s, size / total, len(step.rows))
+            sequence.work.append(piece)
             if sequence.cancelled or not row.sample or sequence.all_logits:
                 if sequence.all_logits and not sequence.prefilling:
                     self._finish(sequence)
