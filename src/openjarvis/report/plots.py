@@ -59,7 +59,9 @@ def _whiskers(points: Sequence[Point], axis: str) -> list[list[float]] | None:
     return spans([(p.accuracy, p.accuracy_low, p.accuracy_high) for p in points])
 
 
-def _draw_panel(axes: Axes, panel: Panel, colours: Mapping[str, str], index: int) -> None:
+def _draw_panel(
+    axes: Axes, panel: Panel, frontier: Sequence[int], colours: Mapping[str, str], index: int
+) -> None:
     groups: dict[tuple[str, bool, bool], list[Point]] = {}
     for point in panel.points:
         groups.setdefault((point.hardware, point.estimated, point.cloud), []).append(point)
@@ -87,7 +89,6 @@ def _draw_panel(axes: Axes, panel: Panel, colours: Mapping[str, str], index: int
             fontsize=8,
             color="0.25",
         )
-    frontier = pareto_frontier([(p.energy_j, p.accuracy) for p in panel.points])
     if len(frontier) >= MIN_FRONTIER_POINTS:
         axes.plot(
             [panel.points[i].energy_j for i in frontier],
@@ -110,16 +111,16 @@ def sections_plot(panels: Sequence[Panel], colours: Mapping[str, str]) -> Plot:
     """One panel per section of the comparability gate: accuracy against mean joules per task
     on the section's shared tasks, and the Pareto frontier where it has two points or more."""
 
+    frontiers = [
+        pareto_frontier([(p.energy_j, p.accuracy) for p in panel.points]) for panel in panels
+    ]
+
     def draw(fig: Figure) -> None:
         grid = np.atleast_1d(fig.subplots(len(panels), 1, squeeze=False)[:, 0])
-        for index, (axes, panel) in enumerate(zip(grid, panels, strict=True)):
-            _draw_panel(axes, panel, colours, index)
+        for index, (axes, panel, frontier) in enumerate(zip(grid, panels, frontiers, strict=True)):
+            _draw_panel(axes, panel, frontier, colours, index)
 
-    drawn = sum(
-        len(pareto_frontier([(p.energy_j, p.accuracy) for p in panel.points]))
-        >= MIN_FRONTIER_POINTS
-        for panel in panels
-    )
+    drawn = sum(len(frontier) >= MIN_FRONTIER_POINTS for frontier in frontiers)
     return Plot(
         "accuracy-vs-energy",
         "Accuracy versus energy per task, by comparable section",
