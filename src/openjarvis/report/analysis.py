@@ -137,6 +137,7 @@ def analysis_json(analysis: Analysis) -> dict[str, object]:
     """The verdict, sections, frontiers (two points or more only), joules and routing as
     JSON-ready values: unknown figures stay null."""
     sections = analysis.sections
+    frontiers = [[entry.run.id for entry in section_frontier(section)] for section in sections]
     return {
         "verdict": [v.to_json() for v in (*analysis.headline.within, *analysis.headline.across)],
         "sections": [
@@ -147,15 +148,15 @@ def analysis_json(analysis: Analysis) -> dict[str, object]:
                 "measured": section.measured,
                 "tasks": len(section.task_ids),
                 "runs": [_entry_json(entry) for entry in section.entries],
-                "pareto_frontier": [entry.run.id for entry in section_frontier(section)],
+                "pareto_frontier": frontier,
                 "left_out": [{"run_id": run.id, "why": why} for run, why in section.left_out],
             }
-            for section in sections
+            for section, frontier in zip(sections, frontiers, strict=True)
         ],
         "pareto_frontiers": {
-            section.title: [entry.run.id for entry in frontier]
-            for section in sections
-            if (frontier := section_frontier(section))
+            section.title: frontier
+            for section, frontier in zip(sections, frontiers, strict=True)
+            if frontier
         },
         "where_the_joules_go": [asdict(split) for split in analysis.splits],
         "routing": {suite: routing_json(found) for suite, found in analysis.routings},
