@@ -5,6 +5,7 @@ Figures come from evals.metrics; row shapes and number formatting from report.ru
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "concurrency_rows",
     "interval_text",
     "parse_since",
+    "phase_text",
     "runs_command",
     "show_command",
 ]
@@ -277,6 +279,14 @@ def concurrency_rows(figures: object) -> list[tuple[str, str]]:
     return [("tasks in flight", shared), ("J per task, exact · net", union)]
 
 
+def phase_text(phase: Mapping[str, float | None]) -> str:
+    """Prefill J per prompt token / decode J per output token, from `phase_energy`'s dict."""
+    return (
+        f"{format_value(phase.get('prefill_j_per_prompt_token'))} / "
+        f"{format_value(phase.get('decode_j_per_output_token'))}"
+    )
+
+
 def windows_text(flags: object, conservation: object, *, always_ratio: bool) -> str | None:
     """The tasks whose energy deserves a second look, and whether the windows added up to the
     counters (always, or only when off by more than 1 %); None when there is nothing to say.
@@ -315,14 +325,8 @@ def _figures_table(run: RunRecord, figures: RunFigures, tasks: list[TaskResultRe
     table.add_row(
         "J per solved task", mark_estimate(interval_text(figures.joules_per_solved_task), run)
     )
-    phase = phase_energy(tasks)
     table.add_row(
-        "J per prompt token / per output token",
-        mark_estimate(
-            f"{format_value(phase['prefill_j_per_prompt_token'])} / "
-            f"{format_value(phase['decode_j_per_output_token'])}",
-            run,
-        ),
+        "J per prompt token / per output token", mark_estimate(phase_text(phase_energy(tasks)), run)
     )
     for name, value in concurrency_rows((run.summary or {}).get("concurrency")):
         table.add_row(name, mark_estimate(value, run))

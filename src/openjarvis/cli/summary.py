@@ -5,7 +5,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from openjarvis.cli.results import concurrency_rows, interval_text, windows_text
+from openjarvis.cli.results import concurrency_rows, interval_text, phase_text, windows_text
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.evals.runner import MeasureResult
 from openjarvis.report.runs import coverage_missing, coverage_names, scope_label
@@ -63,12 +63,7 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     table.add_row(f"mean W{label}", interval_text(figures.mean_power_w))
     for name, value in concurrency_rows(result.concurrency):
         table.add_row(f"{name}{label}" if name.startswith("J") else name, value)
-    phase = result.phase_energy
-    table.add_row(
-        f"J per prompt token / per output token{label}",
-        f"{_plain(phase.get('prefill_j_per_prompt_token'), '.3g')} / "
-        f"{_plain(phase.get('decode_j_per_output_token'), '.3g')}",
-    )
+    table.add_row(f"J per prompt token / per output token{label}", phase_text(result.phase_energy))
     table.add_row("decode tokens/s (median)", _plain(figures.decode_tokens_per_s, ".1f"))
     table.add_row("decode memory-bandwidth use", _plain(result.memory_bandwidth_utilisation, ".0%"))
     table.add_row(
