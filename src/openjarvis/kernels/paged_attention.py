@@ -109,7 +109,7 @@ def _combine_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton 
 
 
 @torch.library.custom_op("openjarvis::paged_decode_attention", mutates_args=())
-def _paged_decode_op(
+def paged_decode_attention(
     q: Tensor,
     k_cache: Tensor,
     v_cache: Tensor,
@@ -118,6 +118,15 @@ def _paged_decode_op(
     scale: float,
     window: int,
 ) -> Tensor:
+    """q [B, heads, head_dim] against each row's first `context[b]` cached positions (the last
+    `window` of them when window > 0) -> [B, heads, head_dim] in q's dtype."""
+    assert q.dim() == 3 and k_cache.dim() == 4 and k_cache.shape == v_cache.shape
+    assert q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert q.size(2) == k_cache.size(3) and q.size(1) % k_cache.size(2) == 0
+    assert block_tables.dtype == torch.int32 and block_tables.size(0) == q.size(0)
+    assert q.size(2) >= 16 and q.size(2) & (q.size(2) - 1) == 0, "head_dim: a power of two >= 16"
+    block = k_cache.size(1)
+    assert block >= 16 and block & (block - 1) == 0, "block: a power of two >= 16"
     batch, heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     group = heads // kv_heads
@@ -158,29 +167,6 @@ def _paged_decode_op(
     return out
 
 
-@_paged_decode_op.register_fake
+@paged_decode_attention.register_fake
 def _(q: Tensor, *_: object) -> Tensor:
     return torch.empty_like(q)
-
-
-def paged_decode_attention(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    context: Tensor,
-    scale: float,
-    window: int,
-) -> Tensor:
-    """q [B, heads, head_dim] against each row's first `context[b]` cached positions (the last
-    `window` of them when window > 0) -> [B, heads, head_dim] in q's dtype."""
-    assert q.dim() == 3 and k_cache.dim() == 4 and k_cache.shape == v_cache.shape
-    assert q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
-    assert q.size(2) == k_cache.size(3) and q.size(1) % k_cache.size(2) == 0
-    assert block_tables.dtype == torch.int32 and block_tables.size(0) == q.size(0)
-    head_dim, block_size = q.size(2), k_cache.size(1)
-    assert head_dim >= 16 and head_dim & (head_dim - 1) == 0, "head_dim: a power of two >= 16"
-    assert block_size >= 16 and block_size & (block_size - 1) == 0, "block: a power of two >= 16"
-    return torch.ops.openjarvis.paged_decode_attention(
-        q, k_cache, v_cache, block_tables, context, scale, window
-    )

@@ -347,35 +347,30 @@ class TorchEngine:
         assert inputs is not None
         logits = self._runner.run(inputs)
         self._scheduler.deliver()
-        picked = self._pick(step, logits)  # waits for the step to finish
-        end_s = time.monotonic()
-        for row, row_logits in zip(step.rows, logits, strict=True):
-            if row.sequence.all_logits:
-                row.sequence.logits = row_logits.cpu()
-        self._scheduler.finish_step(step, picked, start_s, end_s)
+        scoring = step.rows[0].sequence  # a scoring prompt runs alone in its step
+        if scoring.all_logits:
+            scoring.logits = logits[0].cpu()
+            picked: list[int | None] = [None]
+        else:
+            picked = self._pick(step, logits)  # waits for the step to finish
+        self._scheduler.finish_step(step, picked, start_s, time.monotonic())
 
     def _pick(self, step: Step, logits: torch.Tensor) -> list[int | None]:
         """Each sampling row's next token: greedy at temperature 0, else drawn from
-        softmax(logits / temperature) with the sequence's own seeded generator."""
-        if not step.rows[0].sequence.all_logits:
-            greedy = logits.argmax(dim=-1).tolist()
-        else:
-            greedy = [None] * len(step.rows)
-        picked: list[int | None] = []
-        for row, row_logits, token in zip(step.rows, logits, greedy, strict=True):
+        softmax(logits / temperature) with the sequence's own seeded generator. One argmax
+        for the whole batch; only sampled rows touch their logits one by one."""
+        picked: list[int | None] = logits.argmax(dim=-1).tolist()
+        for i, row in enumerate(step.rows):
             sequence = row.sequence
-            if not row.sample or sequence.all_logits:
-                picked.append(None)
-                continue
-            if sequence.temperature <= 0:
-                picked.append(token)
-                continue
-            if sequence.generator is None:
-                sequence.generator = torch.Generator(logits.device)
-                sequence.generator.manual_seed(sequence.seed)
-            probabilities = torch.softmax(row_logits / sequence.temperature, dim=-1)
-            draw = torch.multinomial(probabilities, 1, generator=sequence.generator)
-            picked.append(int(draw))
+            if not row.sample:
+                picked[i] = None
+            elif sequence.temperature > 0:
+                if sequence.generator is None:
+                    sequence.generator = torch.Generator(logits.device)
+                    sequence.generator.manual_seed(sequence.seed)
+                probabilities = torch.softmax(logits[i] / sequence.temperature, dim=-1)
+                draw = torch.multinomial(probabilities, 1, generator=sequence.generator)
+                picked[i] = int(draw)
         return picked
 
     def close(self) -> None:

@@ -95,10 +95,10 @@ class PagedKV(nn.Module):
         """q: [B, T, heads, head_dim] -> [B, T, heads, head_dim], over the cached keys: by
         the decode kernel, or by gathering the rows' blocks and attending with `mask`."""
         if uses_decode_kernel(q, softcap):
-            from openjarvis.kernels.paged_attention import paged_decode_attention
+            import openjarvis.kernels.paged_attention  # noqa: F401 - registers the operator
 
             context = layout.positions[:, 0] + 1
-            out = paged_decode_attention(
+            out = torch.ops.openjarvis.paged_decode_attention(
                 q[:, 0], self.k, self.v, layout.block_tables, context, scale, window or 0
             )
             return out[:, None]

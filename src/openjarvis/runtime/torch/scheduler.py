@@ -93,9 +93,8 @@ class Scheduler:
         self._undelivered: list[tuple[Sequence, Delivery]] = []
 
     def add(self, sequence: Sequence) -> None:
-        """Queue a sequence; one that could never fit is refused at once."""
-        if sequence.length > self.max_seq_len:
-            raise ValueError(f"{sequence.length} tokens exceed the context of {self.max_seq_len}")
+        """Queue a sequence (the engine has checked it against the context); one that could
+        never fit in the KV cache is refused at once."""
         if self.pool.blocks_for(sequence.length) > self.pool.blocks - 1:
             raise ValueError(
                 f"{sequence.length} tokens need more KV cache than the engine has "
