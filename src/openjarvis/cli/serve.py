@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from openjarvis.errors import UserError
-from openjarvis.serve.admission import DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUE
+from openjarvis.serve.admission import DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUE, check_limits
 
 __all__ = ["serve_command"]
 
@@ -65,10 +65,7 @@ def serve_command(
 
     if scope not in ("system", "accelerator"):
         raise UserError(f"unknown energy scope {scope!r}; use --scope system or accelerator")
-    if max_concurrency < 1:
-        raise UserError(f"--max-concurrency must be at least 1, not {max_concurrency}")
-    if max_queue < 0:
-        raise UserError(f"--max-queue must be 0 or more, not {max_queue}")
+    check_limits(max_concurrency, max_queue)
     spec = EngineSpec(
         kind=engine,
         model=model,

@@ -8,13 +8,29 @@ asyncio.Semaphore binds to the loop that first waits on it, so it may be made be
 import asyncio
 from contextlib import suppress
 
-__all__ = ["DEFAULT_MAX_CONCURRENCY", "DEFAULT_MAX_QUEUE", "Admission", "Overloaded"]
+from openjarvis.errors import UserError
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
+    "DEFAULT_MAX_QUEUE",
+    "Admission",
+    "Overloaded",
+    "check_limits",
+]
 
 # Bounds for memory (a batching engine's sequences) and for the wait: 32 requests behind
 # llama.cpp's 4 sequences on a small CPU (~15 s a reply) wait about 2 minutes, well inside the
 # openai client's 10-minute timeout.
 DEFAULT_MAX_CONCURRENCY = 64
 DEFAULT_MAX_QUEUE = 32
+
+
+def check_limits(max_concurrency: int, max_queue: int) -> None:
+    """Refuse `jarvis serve`'s --max-concurrency below 1 or --max-queue below 0."""
+    if max_concurrency < 1:
+        raise UserError(f"--max-concurrency must be at least 1, not {max_concurrency}")
+    if max_queue < 0:
+        raise UserError(f"--max-queue must be 0 or more, not {max_queue}")
 
 
 class Overloaded(Exception):

@@ -41,6 +41,7 @@ from openjarvis.serve.admission import (
     DEFAULT_MAX_QUEUE,
     Admission,
     Overloaded,
+    check_limits,
 )
 from openjarvis.serve.generation import Finished, Generation
 from openjarvis.serve.protocol import (
@@ -151,10 +152,7 @@ class EnergyServer:
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         max_queue: int = DEFAULT_MAX_QUEUE,
     ) -> None:
-        if max_concurrency < 1:
-            raise UserError(f"--max-concurrency must be at least 1, not {max_concurrency}")
-        if max_queue < 0:
-            raise UserError(f"--max-queue must be 0 or more, not {max_queue}")
+        check_limits(max_concurrency, max_queue)
         self.engine = engine
         self.meter = meter
         self.store = store  # None: requests are not logged (--no-log)
