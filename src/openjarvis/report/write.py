@@ -240,11 +240,14 @@ def _markdown_parts(parts: Sequence[Block | Plot]) -> list[str]:
 
 
 def _markdown(
-    data: ReportData, parts: Sequence[Block | Plot], accounts: Sequence[Accounting]
+    data: ReportData,
+    parts: Sequence[Block | Plot],
+    accounts: Sequence[Accounting],
+    notes: Sequence[str],
 ) -> str:
     lines = [f"# {TITLE}", "", _meta(data), ""]
     lines += _markdown_parts(parts[:1])
-    lines += [f"- {note}" for note in _notes(data)]
+    lines += [f"- {note}" for note in notes]
     lines += ["", *_markdown_parts(parts[1:])]
     headings = ["run", "model · hardware · engine", "host", "suite", "state", "energy", "tasks"]
     headings += [FIGURE_COLUMNS[name] for name in FIGURE_COLUMNS]
@@ -273,12 +276,14 @@ def _markdown(
     return "\n".join(lines) + "\n"
 
 
-def _json(data: ReportData, analysis: Analysis, accounts: Sequence[Accounting]) -> str:
+def _json(
+    data: ReportData, analysis: Analysis, accounts: Sequence[Accounting], notes: Sequence[str]
+) -> str:
     document = {
         "title": TITLE,
         "generated_at": data.generated_at.isoformat(),
         "database": data.database,
-        "notes": _notes(data),
+        "notes": list(notes),
         **analysis_json(analysis),
         "runs": [
             {**run_to_dict(run), "energy_accounting": accounting_row(figures)}
@@ -290,13 +295,15 @@ def _json(data: ReportData, analysis: Analysis, accounts: Sequence[Accounting]) 
 
 def write_report(data: ReportData, out_dir: Path, workers: PlotWorkers) -> ReportFiles:
     """Write report.html, report.md, runs.csv and report.json into out_dir (created if needed)."""
-    if not _plotted(data):
+    plotted = _plotted(data)
+    if not plotted:
         raise ValueError("a report needs at least one run with figures")
     out_dir.mkdir(parents=True, exist_ok=True)
-    analysis = analyse(_plotted(data), data.tasks)
+    analysis = analyse(plotted, data.tasks)
     plots = workers.draw(plot_tasks(data, analysis))
     parts = _parts(analysis, plots)
     accounts = _accounts(data)
+    notes = _notes(data)
     cloud_runs = [run for run in data.runs if is_cloud(run)]
     files = ReportFiles(
         out_dir / "report.html",
@@ -313,11 +320,11 @@ def write_report(data: ReportData, out_dir: Path, workers: PlotWorkers) -> Repor
             data.runs,
             accounts,
             cloud_runs,
-            _notes(data),
+            notes,
         ),
         encoding="utf-8",
     )
-    files.markdown.write_text(_markdown(data, parts, accounts), encoding="utf-8")
+    files.markdown.write_text(_markdown(data, parts, accounts, notes), encoding="utf-8")
     rows = [
         {**run_row(run), **accounting_row(figures)}
         for run, figures in zip(data.runs, accounts, strict=True)
@@ -326,5 +333,5 @@ def write_report(data: ReportData, out_dir: Path, workers: PlotWorkers) -> Repor
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    files.json.write_text(_json(data, analysis, accounts), encoding="utf-8")
+    files.json.write_text(_json(data, analysis, accounts, notes), encoding="utf-8")
     return files
