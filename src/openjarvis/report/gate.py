@@ -95,23 +95,20 @@ class Entry:
     run: RunRecord
     all_tasks: tuple[TaskResultRecord, ...]
     task_ids: tuple[str, ...]  # the section's shared tasks, sorted
+    shared: tuple[TaskResultRecord, ...]  # the run's tasks among them, in all_tasks' order
     figures: SharedFigures
 
     @property
     def label(self) -> str:
         return short_label(self.run)
 
-    def shared_tasks(self) -> list[TaskResultRecord]:
-        wanted = set(self.task_ids)
-        return [t for t in self.all_tasks if t.task_id in wanted]
-
     @property
     def passed(self) -> int:
-        return sum(t.passed for t in self.shared_tasks())
+        return sum(t.passed for t in self.shared)
 
     @property
     def trials(self) -> int:
-        return sum(t.samples for t in self.shared_tasks())
+        return sum(t.samples for t in self.shared)
 
     def accuracy_interval(self) -> tuple[float, float] | None:
         """95 % Wilson interval over the samples of the shared tasks."""
@@ -122,7 +119,7 @@ class Entry:
         sources in scope, or the whole energy of an estimated run stored without readings;
         None when unknown."""
         in_scope = set(coverage_names(self.run.energy_coverage, "in_scope"))
-        shared = self.shared_tasks()
+        shared = self.shared
         total = 0.0
         for task in shared:
             if task.energy:
@@ -184,8 +181,8 @@ def _rank(entry: Entry) -> tuple[float, float]:
 
 
 def _entry(run: RunRecord, tasks: Sequence[TaskResultRecord], ids: set[str]) -> Entry:
-    shared = [t for t in tasks if t.task_id in ids]
-    return Entry(run, tuple(tasks), tuple(sorted(ids)), shared_figures(run, shared))
+    shared = tuple(t for t in tasks if t.task_id in ids)
+    return Entry(run, tuple(tasks), tuple(sorted(ids)), shared, shared_figures(run, shared))
 
 
 def entry(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> Entry:
