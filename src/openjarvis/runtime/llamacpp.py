@@ -297,14 +297,13 @@ class _Generation:
     """One request's prompt, checked against the context, and its grammar."""
 
     def __init__(self, engine: LlamaCppEngine, request: Request) -> None:
-        self._llama = engine._llama
         if isinstance(request, ChatRequest):
             prompt = engine.chat_template.render(request.messages)
             # The template writes special tokens as text; they must parse back into tokens.
             add_bos, special = not engine.chat_template.prompt_has_bos(prompt), True
         else:
             prompt, add_bos, special = request.prompt, True, False
-        self.prompt: list[int] = self._llama.tokenize(prompt.encode("utf-8"), add_bos, special)
+        self.prompt = engine.encode(prompt, add_bos, special)
         self.prompt_tokens = len(self.prompt)
         # Never truncate a prompt: too long is an error that says what to change.
         if request.max_tokens is None:
