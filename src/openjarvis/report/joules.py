@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from openjarvis.report.accounting import Accounting
-from openjarvis.report.runs import coverage_names, figure, is_cloud, is_estimate
+from openjarvis.report.runs import coverage_names, figure, is_cloud, is_estimate, mean_if_known
 from openjarvis.store import RunRecord, TaskResultRecord
 
 __all__ = ["DOMAIN_ORDER", "Breakdown", "DomainPart", "breakdown", "breakdown_sentence"]
@@ -53,12 +53,6 @@ class Breakdown:
         if self.gross_j is None or self.idle_floor_j is None or self.gross_j <= 0:
             return None
         return self.idle_floor_j / self.gross_j
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    if not values or any(v is None for v in values):
-        return None
-    return sum(v for v in values if v is not None) / len(values)
 
 
 def _idle_power_w(run: RunRecord) -> float | None:
@@ -107,8 +101,12 @@ def breakdown(
 ) -> Breakdown:
     """The split of a run's mean joules per task, from its saved tasks (figures the summary
     alone cannot give are None without them)."""
-    gross = _mean([t.energy_j for t in tasks]) if tasks else figure(run, "mean_energy_j")[0]
-    net = _mean([t.net_energy_j for t in tasks]) if tasks else figure(run, "mean_net_energy_j")[0]
+    gross = mean_if_known([t.energy_j for t in tasks]) if tasks else figure(run, "mean_energy_j")[0]
+    net = (
+        mean_if_known([t.net_energy_j for t in tasks])
+        if tasks
+        else figure(run, "mean_net_energy_j")[0]
+    )
     idle_floor = gross - net if gross is not None and net is not None else None
     flags = figures.window_flags
     low_resolution = flags.low_resolution / flags.tasks if flags and flags.tasks else None
@@ -126,8 +124,8 @@ def breakdown(
         mean_power_w=figure(run, "mean_power_w")[0],
         idle_power_w=_idle_power_w(run),
         memory_bandwidth_use=float(mbu) if isinstance(mbu, int | float) else None,
-        prefill_j=_mean([t.prefill_energy_j for t in tasks]) if tasks else None,
-        decode_j=_mean([t.decode_energy_j for t in tasks]) if tasks else None,
+        prefill_j=mean_if_known([t.prefill_energy_j for t in tasks]) if tasks else None,
+        decode_j=mean_if_known([t.decode_energy_j for t in tasks]) if tasks else None,
         tail_share=figures.tail_share_of_net_energy,
         low_resolution_share=low_resolution,
         negative_net_tasks=(

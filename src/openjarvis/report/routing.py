@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from openjarvis.report.gate import shared_tasks
-from openjarvis.report.runs import is_cloud, short_label
+from openjarvis.report.runs import is_cloud, mean_if_known, short_label
 from openjarvis.runtime.cloud_tables import cost_usd
 from openjarvis.store import RunRecord, TaskResultRecord
 
@@ -91,18 +91,12 @@ def _outcome(run: RunRecord, task: TaskResultRecord) -> _Outcome:
     )
 
 
-def _mean(values: Sequence[float | None]) -> float | None:
-    if not values or any(value is None for value in values):
-        return None
-    return sum(value for value in values if value is not None) / len(values)
-
-
 def _route(name: str, chosen: Sequence[_Outcome], estimated: bool) -> Route:
     return Route(
         name,
         sum(outcome.accuracy for outcome in chosen) / len(chosen),
-        _mean([outcome.energy_j for outcome in chosen]),
-        _mean([outcome.cost_usd for outcome in chosen]),
+        mean_if_known([outcome.energy_j for outcome in chosen]),
+        mean_if_known([outcome.cost_usd for outcome in chosen]),
         estimated,
     )
 
@@ -136,7 +130,7 @@ def _most_accurate(table: Sequence[Sequence[_Outcome]]) -> int:
 
     def key(column: int) -> tuple[float, float]:
         accuracy = sum(row[column].accuracy for row in table)
-        energy = _mean([row[column].energy_j for row in table])
+        energy = mean_if_known([row[column].energy_j for row in table])
         return (-accuracy, float("inf") if energy is None else energy)
 
     return min(range(len(table[0])), key=lambda column: (*key(column), column))

@@ -30,6 +30,7 @@ __all__ = [
     "is_estimate",
     "is_partial",
     "mark_estimate",
+    "mean_if_known",
     "model_label",
     "newest_per_group",
     "pareto_frontier",
@@ -169,6 +170,13 @@ def short_label(run: RunRecord) -> str:
     concurrency = concurrency_of(run)
     at_once = f" · {concurrency} at once" if concurrency is not None and concurrency > 1 else ""
     return f"{model_label(run)} · {hardware_label(run)} · {run.engine}{at_once}"
+
+
+def mean_if_known(values: Sequence[float | None]) -> float | None:
+    """The mean, or None when there are no values or any is unknown."""
+    if not values or any(value is None for value in values):
+        return None
+    return sum(value for value in values if value is not None) / len(values)
 
 
 def scaled(interval: Interval, scale: float) -> Interval:
