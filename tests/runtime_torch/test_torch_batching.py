@@ -2,14 +2,17 @@
 gets alone (mixed prompt lengths, joining mid-decode, chunked prefill, TP=1 and TP=2 on gloo),
 a consumer that leaves frees its blocks, and each step's work shares add up to one."""
 
+import itertools
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings  # noqa: E402
+from openjarvis.runtime.torch.scheduler import Step  # noqa: E402
 
 PROMPTS = [
     [5, 17, 42, 99, 3, 10, 7, 64],
@@ -33,13 +36,17 @@ def _alone(engine: TorchEngine, prompt: list[int], count: int = TOKENS) -> list[
 
 def _together(engine: TorchEngine, prompts: list[list[int]]) -> list[list[int]]:
     """All prompts submitted at once, each read on its own thread."""
-    streams = [engine.generate_tokens(prompt, TOKENS) for prompt in prompts]
-    results: list[list[int]] = [[] for _ in prompts]
+    return _read_all([engine.generate_tokens(prompt, TOKENS) for prompt in prompts])
+
+
+def _read_all(streams: list[Iterator[tuple[int, float]]]) -> list[list[int]]:
+    """Each stream's tokens, each read on its own thread."""
+    results: list[list[int]] = [[] for _ in streams]
 
     def read(i: int) -> None:
         results[i] = [token for token, _ in streams[i]]
 
-    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(prompts))]
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(streams))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -126,6 +133,50 @@ def test_work_shares_of_each_step_add_up_to_one(engine: TorchEngine) -> None:
     assert max(len(shares) for shares in steps.values()) > 1, "nothing ran together"
 
 
+def test_sequences_that_end_mid_decode_leave_the_others_their_tokens(
+    engine: TorchEngine, expected: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decode steps are continued before the step before them lands, so a sequence that ends
+    rides one more step as a stale row: the others' tokens must not change, each ender must
+    stop where it stops alone, and the steps must not overlap in time."""
+    scheduler = engine._scheduler
+    continued: list[int] = []
+    original = scheduler.continued
+
+    def counting(step: Step) -> tuple[Step, list[int]] | None:
+        continued.append(len(step.rows))
+        return original(step)
+
+    monkeypatch.setattr(scheduler, "continued", counting)
+    stop = expected[1][4]  # an end token for the second prompt: it ends where it first meets it
+    limits = [3, TOKENS, 7, TOKENS]
+    results = _read_all(
+        [
+            engine.generate_tokens(prompt, limit, frozenset({stop}) if i == 1 else frozenset())
+            for i, (prompt, limit) in enumerate(zip(PROMPTS, limits, strict=True))
+        ]
+    )
+    assert results[0] == expected[0][:3]
+    assert results[1] == expected[1][: expected[1].index(stop) + 1]
+    assert results[2] == expected[2][:7]
+    assert results[3] == expected[3]
+    assert len(continued) > 5, "decode steps were not continued"
+    assert not scheduler.running and scheduler.pool.free == scheduler.pool.blocks - 1
+
+
+def test_steps_do_not_overlap_in_time(engine: TorchEngine) -> None:
+    """Continued steps are launched early, but each step's time starts where the one before
+    it landed, so the pieces that energy is split by tile the time."""
+    sequences = [engine._submit(p, TOKENS, frozenset(), 0.0, None) for p in PROMPTS]
+    for sequence in sequences:
+        for _ in engine._deliveries(sequence):
+            pass
+    steps = sorted({(p.start_s, p.end_s) for s in sequences for p in s.work})
+    assert len(steps) >= TOKENS
+    for (start_s, end_s), (next_start_s, _) in itertools.pairwise(steps):
+        assert start_s < end_s <= next_start_s
+
+
 def test_sampling_is_per_sequence_and_seeded(engine: TorchEngine) -> None:
     def draw(seed: int) -> list[int]:
         return [
@@ -136,3 +187,33 @@ def test_sampling_is_per_sequence_and_seeded(engine: TorchEngine) -> None:
     together = [[t for t, _ in stream] for stream in streams]
     assert together == [draw(1), draw(2)]
     assert together[0] != together[1]
+
+
+def test_the_cpu_cache_takes_at_most_a_share_of_the_memory_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sized for max_batch full-length sequences unless the machine's free memory says less
+    (a laptop would otherwise be asked for gigabytes); with no room at all, one clear line."""
+    from types import SimpleNamespace
+
+    from openjarvis.errors import UserError
+    from openjarvis.runtime.torch import runner
+    from openjarvis.runtime.torch.model import config_for
+
+    config = config_for("tiny-tp")
+    block_bytes = 2 * config.n_layers * runner.BLOCK_SIZE * config.n_kv_heads * config.head_dim * 4
+
+    def available(blocks: int) -> None:
+        memory = SimpleNamespace(available=int(blocks * block_bytes / runner._KV_MEMORY_SHARE) + 1)
+        monkeypatch.setattr(runner.psutil, "virtual_memory", lambda: memory)
+
+    available(10)
+    engine = _engine()
+    try:
+        assert engine._runner.blocks == 10  # 8 sequences of 64 tokens would want 33
+        assert _alone(engine, PROMPTS[0], 4) == _alone(engine, PROMPTS[0], 4)
+    finally:
+        engine.close()
+    available(1)
+    with pytest.raises(UserError, match="no main memory left for the KV cache"):
+        _engine()

@@ -127,6 +127,9 @@ class TorchEngine:
         self._inbox: list[Sequence] = []
         self._closing = False
         self._failure: BaseException | None = None
+        # Decode steps are chained (launched before the one before has landed) in one process.
+        self._chains = settings.tp == 1
+        self._landed_s = 0.0  # when the last step's picks reached the host
         self._loop_thread = threading.Thread(target=self._loop, name="torch-engine", daemon=True)
         self._loop_thread.start()
 
@@ -340,38 +343,72 @@ class TorchEngine:
             scheduler.fail(error)
 
     def _run(self, step: Step) -> None:
-        """Launch the step, hand the last step's tokens over while the GPU runs it, then wait
-        for its tokens."""
-        start_s = time.monotonic()
-        inputs = self._runner.share(StepInputs.of(step, BLOCK_SIZE))
+        """Run a step. A decode step is followed by its continuations (Scheduler.continued)
+        while no new sequence could start: each is launched before the step before it has
+        landed, its tokens taken from that step's picks on the device, so the GPU runs one
+        step while the host records the last and wakes its consumers (the overlap of
+        SGLang's and vLLM's asynchronous schedulers). With tensor parallelism each step waits
+        for the one before: the followers receive its tokens in rank 0's broadcast."""
+        scheduler = self._scheduler
+        flight = self._launch(step)
+        while True:
+            following = None
+            if step.kind == "decode" and self._chains and not self._inbox:
+                scheduler.drop_cancelled()
+                continued = None if scheduler.can_admit else scheduler.continued(flight.step)
+                if continued is not None:
+                    following = self._launch(continued[0], flight.picks_of(continued[1]))
+            self._land(flight)
+            scheduler.deliver()
+            if following is None:
+                return
+            flight = following
+
+    def _launch(self, step: Step, tokens: torch.Tensor | None = None) -> "_Flight":
+        """Start the step on the device and the copy of its picks to the host."""
+        launched_s = time.monotonic()
+        inputs = self._runner.share(StepInputs.of(step, BLOCK_SIZE, tokens))
         assert inputs is not None
         logits = self._runner.run(inputs)
-        self._scheduler.deliver()
         scoring = step.rows[0].sequence  # a scoring prompt runs alone in its step
         if scoring.all_logits:
             scoring.logits = logits[0].cpu()
-            picked: list[int | None] = [None]
-        else:
-            picked = self._pick(step, logits)  # waits for the step to finish
-        self._scheduler.finish_step(step, picked, start_s, time.monotonic())
+            return _Flight(step, launched_s, None, None, None)
+        picks = self._pick(step, logits)
+        if picks.device.type != "cuda":
+            return _Flight(step, launched_s, picks, picks, None)
+        landed = torch.cuda.Event()
+        host = picks.to("cpu", non_blocking=True)  # into pinned memory
+        landed.record()
+        return _Flight(step, launched_s, picks, host, landed)
 
-    def _pick(self, step: Step, logits: torch.Tensor) -> list[int | None]:
-        """Each sampling row's next token: greedy at temperature 0, else drawn from
-        softmax(logits / temperature) with the sequence's own seeded generator. One argmax
-        for the whole batch; only sampled rows touch their logits one by one."""
-        picked: list[int | None] = logits.argmax(dim=-1).tolist()
+    def _land(self, flight: "_Flight") -> None:
+        """Wait for the step's picks and record it. Its time on the device runs from its
+        launch, or from the landing of the step before it if that came later."""
+        if flight.landed is not None:
+            flight.landed.synchronize()
+        picked: list[int | None] = [None] * len(flight.step.rows)
+        if flight.host is not None:
+            picked = flight.host.tolist()
+        end_s = time.monotonic()
+        start_s = max(flight.launched_s, self._landed_s)
+        self._scheduler.finish_step(flight.step, picked, start_s, end_s)
+        self._landed_s = end_s
+
+    def _pick(self, step: Step, logits: torch.Tensor) -> torch.Tensor:
+        """Each row's next token, on the logits' device (nothing waits for the step): greedy
+        at temperature 0, else drawn from softmax(logits / temperature) with the sequence's
+        own seeded generator. Rows that sample nothing get a pick that is ignored."""
+        picks = logits.argmax(dim=-1)
         for i, row in enumerate(step.rows):
             sequence = row.sequence
-            if not row.sample:
-                picked[i] = None
-            elif sequence.temperature > 0:
+            if row.sample and sequence.temperature > 0:
                 if sequence.generator is None:
                     sequence.generator = torch.Generator(logits.device)
                     sequence.generator.manual_seed(sequence.seed)
                 probabilities = torch.softmax(logits[i] / sequence.temperature, dim=-1)
-                draw = torch.multinomial(probabilities, 1, generator=sequence.generator)
-                picked[i] = int(draw)
-        return picked
+                picks[i] = torch.multinomial(probabilities, 1, generator=sequence.generator)[0]
+        return picks
 
     def close(self) -> None:
         with self._wake:
@@ -391,6 +428,30 @@ class TorchEngine:
             if worker.is_alive():
                 worker.kill()
         self._workers = []
+
+
+@dataclass(frozen=True, slots=True)
+class _Flight:
+    """A launched step: its picks on the device, their copy on the host once `landed` has
+    passed (None on the CPU, where the copy is the picks), None for a scoring step."""
+
+    step: Step
+    launched_s: float
+    picks: torch.Tensor | None
+    host: torch.Tensor | None
+    landed: torch.cuda.Event | None
+
+    def picks_of(self, rows: list[int]) -> torch.Tensor:
+        """The picks of the given rows as a continued step's tokens, [len(rows), 1], without
+        waiting for them."""
+        assert self.picks is not None, "a scoring step is never continued"
+        picks = self.picks
+        if len(rows) < picks.size(0):
+            index = torch.tensor(rows)
+            if picks.is_cuda:
+                index = index.pin_memory().to(picks.device, non_blocking=True)
+            picks = picks[index]
+        return picks[:, None]
 
 
 def _mean_batch(pieces: list[WorkPiece]) -> float | None:

@@ -4,6 +4,9 @@ loop on receiving them (nano-vllm's model runner, with a broadcast in place of s
 
 Decode steps replay a CUDA graph, captured at start-up for each batch bucket, of the smallest
 bucket that holds them (padding rows write to the scratch block); prefill steps run eagerly.
+A step's host tensors go to the GPU through pinned memory, and a continued decode step's tokens
+are already there (the engine's picks of the step before), so launching a step never waits for
+the one before it.
 """
 
 import os
@@ -13,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -62,16 +66,17 @@ class StepInputs:
     tables: Tensor  # [B, W] int32
 
     @classmethod
-    def of(cls, step: Step, block_size: int) -> "StepInputs":
+    def of(cls, step: Step, block_size: int, tokens: Tensor | None = None) -> "StepInputs":
         """One tensor per field, built from the sequences' table rows and plain lists: a
-        decode step of a hundred rows costs no per-row tensor work."""
+        decode step of a hundred rows costs no per-row tensor work. `tokens` ([B, 1], on the
+        device) stands in for a continued step's PENDING tokens."""
         rows = step.rows
         length = max(len(row.tokens) for row in rows)
         width = max(len(row.sequence.blocks) for row in rows)
-        tokens, positions = [], []
+        token_rows, positions = [], []
         for row in rows:
             pad = length - len(row.tokens)
-            tokens.append([0] * pad + row.tokens)
+            token_rows.append([0] * pad + row.tokens)
             positions.append([-1] * pad + list(range(row.start, row.start + len(row.tokens))))
         tables = torch.stack([_table(row.sequence) for row in rows])[:, :width]
         where = torch.tensor(positions, dtype=torch.long)
@@ -80,8 +85,9 @@ class StepInputs:
         slots = tables.long().gather(1, where // block_size) * block_size + where % block_size
         slots[padding] = SCRATCH_BLOCK * block_size
         last_only = not any(row.sequence.all_logits for row in rows)
-        tensor_tokens = torch.tensor(tokens, dtype=torch.long)
-        return cls(step.kind == "decode", last_only, tensor_tokens, where, slots, tables)
+        if tokens is None:
+            tokens = torch.tensor(token_rows, dtype=torch.long)
+        return cls(step.kind == "decode", last_only, tokens, where, slots, tables)
 
     def pack(self) -> tuple[Tensor, Tensor]:
         batch, length = self.tokens.shape
@@ -199,23 +205,26 @@ class Runner:
         )
 
     def _cache_blocks(self, max_batch: int, max_seq_len: int, dtype: torch.dtype) -> int:
-        """Blocks for max_batch full-length sequences, or what fits in the free GPU memory;
-        the same on every rank (the smallest), since every rank must hold every block."""
+        """Blocks for max_batch full-length sequences, or what fits in the free memory (the
+        GPU's, or the machine's on the CPU); the same on every rank (the smallest), since every
+        rank must hold every block."""
         config = self.model.config
         wanted = max_batch * -(-max_seq_len // BLOCK_SIZE) + 1  # + the scratch block
-        blocks = wanted
+        kv_heads = config.n_kv_heads // self.world_size
+        element = torch.finfo(dtype).bits // 8
+        block_bytes = 2 * config.n_layers * BLOCK_SIZE * kv_heads * config.head_dim * element
         if self.device.type == "cuda":
-            kv_heads = config.n_kv_heads // self.world_size
-            element = torch.finfo(dtype).bits // 8
-            block_bytes = 2 * config.n_layers * BLOCK_SIZE * kv_heads * config.head_dim * element
             free_bytes, _ = torch.cuda.mem_get_info(self.device)
-            blocks = min(wanted, int(free_bytes * _KV_MEMORY_SHARE) // block_bytes)
+        else:  # each of the world's processes holds its own cache in the same memory
+            free_bytes = psutil.virtual_memory().available // self.world_size
+        blocks = min(wanted, int(free_bytes * _KV_MEMORY_SHARE) // block_bytes)
         if self.world_size > 1:
             count = torch.tensor([blocks], device=self.device)
             dist.all_reduce(count, op=dist.ReduceOp.MIN)
             blocks = int(count)
         if blocks < 2:
-            raise UserError("no GPU memory left for the KV cache; lower --max-seq-len")
+            where = "GPU" if self.device.type == "cuda" else "main"
+            raise UserError(f"no {where} memory left for the KV cache; lower --max-seq-len")
         return blocks
 
     # ---- a step ----------------------------------------------------------------------------
@@ -325,10 +334,16 @@ def _table(sequence: Sequence) -> Tensor:
 
 
 def _on(inputs: StepInputs, device: torch.device) -> StepInputs:
-    if inputs.tokens.device == device:
+    """The step's host tensors copied to the GPU through pinned memory: a copy from pageable
+    memory may wait for the stream, i.e. for the step still running."""
+    if device.type != "cuda":
         return inputs
     names = ("tokens", "positions", "slots", "tables")
-    moved = {name: getattr(inputs, name).to(device, non_blocking=True) for name in names}
+    moved = {
+        name: getattr(inputs, name).pin_memory().to(device, non_blocking=True)
+        for name in names
+        if getattr(inputs, name).device != device
+    }
     return replace(inputs, **moved)
 
 

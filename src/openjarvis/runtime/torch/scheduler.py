@@ -17,7 +17,10 @@ from torch import Tensor
 from openjarvis.runtime.torch.paged import SCRATCH_BLOCK, BlockPool
 from openjarvis.runtime.types import WorkPiece
 
-__all__ = ["Row", "Scheduler", "Sequence", "Step"]
+__all__ = ["PENDING", "Row", "Scheduler", "Sequence", "Step"]
+
+# A continued decode row's token: the step before it is still picking it, on the device.
+PENDING = -1
 
 # What a consumer receives: (token, arrival time), then None at the end, or the error.
 Delivery = tuple[int, float] | BaseException | None
@@ -106,11 +109,22 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
-    def next_step(self) -> Step | None:
-        """Drop what the consumers left, admit what fits, then prefill before decoding."""
+    @property
+    def can_admit(self) -> bool:
+        """A waiting sequence could start now: decoding should make way for its prefill."""
+        if not self.waiting or len(self.running) >= self.max_batch:
+            return False
+        return self.pool.blocks_for(self.waiting[0].length) <= self.pool.free
+
+    def drop_cancelled(self) -> None:
+        """Finish the sequences whose consumers left; their blocks go back to the pool."""
         for sequence in [s for s in self.running if s.cancelled]:
             self._finish(sequence)
         self.waiting = deque(s for s in self.waiting if not s.cancelled)
+
+    def next_step(self) -> Step | None:
+        """Drop what the consumers left, admit what fits, then prefill before decoding."""
+        self.drop_cancelled()
         self._admit()
         rows: list[Row] = []
         budget = self.prefill_tokens
@@ -135,6 +149,20 @@ class Scheduler:
             return None
         return Step("decode", [Row(s, [s.output[-1]], s.cached, True) for s in decoding])
 
+    def continued(self, step: Step) -> tuple[Step, list[int]] | None:
+        """The decode step after `step`, decided before `step`'s tokens are known: its
+        sequences that have not finished, one position on, each row's token PENDING (the
+        step picks it on the device). With the indices of the rows of `step` it keeps.
+
+        A sequence that finishes in `step` is still in this one (its row is stale, and
+        finish_step ignores it): at most one stale row per sequence, at a position its
+        reserved blocks hold (prompt + max tokens - 1 at the latest)."""
+        kept = [i for i, row in enumerate(step.rows) if not row.sequence.finished]
+        if not kept:
+            return None
+        rows = [Row(step.rows[i].sequence, [PENDING], step.rows[i].start + 1, True) for i in kept]
+        return Step("decode", rows), kept
+
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_batch:
             sequence = self.waiting[0]
@@ -153,17 +181,23 @@ class Scheduler:
     ) -> None:
         """Record the step: each row's tokens are cached now; sampled rows get their token,
         stamped with the step's end time (delivered by `deliver`); finished sequences give
-        their blocks back."""
-        total = step.tokens
+        their blocks back. Rows of sequences that finished before the step (stale rows of a
+        continued step) are ignored: the live rows share the step's work."""
+        live = [
+            (row, token)
+            for row, token in zip(step.rows, picked, strict=True)
+            if not row.sequence.finished
+        ]
+        total = sum(len(row.tokens) for row, _ in live)
         # Rows of equal size share one (frozen) piece: a decode step makes one, not one per row.
         pieces: dict[int, WorkPiece] = {}
-        for row, token in zip(step.rows, picked, strict=True):
+        for row, token in live:
             sequence = row.sequence
             size = len(row.tokens)
             sequence.cached = row.start + size
             piece = pieces.get(size)
             if piece is None:
-                piece = pieces[size] = WorkPiece(start_s, end_s, size / total, len(step.rows))
+                piece = pieces[size] = WorkPiece(start_s, end_s, size / total, len(live))
             sequence.work.append(piece)
             if sequence.cancelled or not row.sample or sequence.all_logits:
                 if sequence.all_logits and not sequence.prefilling:

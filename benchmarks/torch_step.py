@@ -1,0 +1,199 @@
+"""Where one batched decode step of the torch engine spends its time, on the GPU.
+
+For each batch size B it times, on one engine (random bf16 weights of a preset):
+- `replay`: B rows' decode step replayed back to back from its CUDA graph, one sync at the end
+  (the GPU's time per step, launches hidden);
+- `replay + pick`: the same with each step's argmax read back by the host (the engine's
+  pattern: the host waits for every step);
+- `host`: the Python work of one step on this CPU with the GPU out of the picture: building the
+  step's inputs from B sequences (`StepInputs.of`) and recording the step (`finish_step`);
+- the GPU kernels of one replayed step (torch.profiler), grouped by name, with the bytes the
+  step must read over the measured copy bandwidth (the roofline) beside them;
+- the weight products alone at M = B (torch.mm on the layer's shapes, separate and fused),
+  each as achieved bandwidth.
+
+`PYTHONPATH=src python3 benchmarks/torch_step.py --preset llama-3-8b --batches 1,64,128`
+"""
+
+import argparse
+import json
+import time
+from collections import defaultdict
+
+import torch
+
+__all__ = ["main"]
+
+
+def decode_inputs(runner: object, batch: int, context: int) -> object:
+    """A decode step of `batch` rows, each at position `context` with its own blocks."""
+    from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+
+    blocks_per_row = -(-(context + 1) // BLOCK_SIZE)
+    width = runner.table_width  # type: ignore[attr-defined]
+    assert 1 + batch * blocks_per_row <= runner.blocks, "the cache holds every row"  # type: ignore[attr-defined]
+    tables = torch.zeros(batch, width, dtype=torch.int32)
+    for row in range(batch):
+        first = 1 + row * blocks_per_row
+        tables[row, :blocks_per_row] = torch.arange(first, first + blocks_per_row)
+    positions = torch.full((batch, 1), context, dtype=torch.long)
+    slots = tables[:, context // BLOCK_SIZE, None].long() * BLOCK_SIZE + context % BLOCK_SIZE
+    tokens = torch.randint(0, runner.model.config.vocab_size, (batch, 1))  # type: ignore[attr-defined]
+    return StepInputs(True, True, tokens, positions, slots, tables)
+
+
+def time_replay(runner: object, inputs: object, steps: int, pick: bool) -> float:
+    """Milliseconds per step."""
+    run = runner.run  # type: ignore[attr-defined]
+    for _ in range(3):
+        run(inputs)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        logits = run(inputs)
+        if pick:
+            logits.argmax(dim=-1).tolist()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def time_host(engine: object, batch: int, context: int, steps: int) -> dict[str, float]:
+    """Milliseconds of Python per step: the step's inputs, and recording its tokens."""
+    from openjarvis.runtime.torch.paged import BlockPool
+    from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+    from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
+
+    max_seq_len = context + 2 * steps + 8
+    pool = BlockPool(1 + batch * -(-max_seq_len // BLOCK_SIZE), BLOCK_SIZE)
+    scheduler = Scheduler(pool, batch, 2048, max_seq_len)
+    for _ in range(batch):
+        sequence = Sequence(list(range(context)), 2 * steps + 4, frozenset())
+        sequence.cached = context
+        sequence.output.append(1)
+        scheduler.add(sequence)
+    scheduler._admit()
+    build = record = 0.0
+    for _ in range(steps):
+        step = scheduler.next_step()
+        assert step is not None and step.kind == "decode" and len(step.rows) == batch
+        start = time.perf_counter()
+        StepInputs.of(step, BLOCK_SIZE)
+        built = time.perf_counter()
+        scheduler.finish_step(step, [7] * batch, start, built)
+        scheduler.deliver()
+        record += time.perf_counter() - built
+        build += built - start
+    return {"inputs_ms": build / steps * 1e3, "finish_ms": record / steps * 1e3}
+
+
+def kernel_table(runner: object, inputs: object, steps: int) -> tuple[float, list[dict]]:
+    """GPU time per step (ms) and its kernels grouped by name, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        for _ in range(steps):
+            runner.run(inputs)  # type: ignore[attr-defined]
+        torch.cuda.synchronize()
+    totals: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for event in trace.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] += event.device_time
+            counts[event.name] += 1
+    total_ms = sum(totals.values()) / steps / 1e3
+    rows = [
+        {
+            "kernel": name[:90],
+            "ms": us / steps / 1e3,
+            "calls": counts[name] / steps,
+        }
+        for name, us in sorted(totals.items(), key=lambda item: -item[1])[:14]
+    ]
+    return total_ms, rows
+
+
+def gemm_bandwidth(config: object, batch: int, bandwidth: float) -> list[dict]:
+    """torch.mm at M = batch on each weight shape of a layer: achieved share of the copy
+    bandwidth, for the products as the model runs them and fused (QKV; gate with up)."""
+    dim, hidden = config.dim, config.intermediate_size  # type: ignore[attr-defined]
+    heads = config.n_heads * config.head_dim  # type: ignore[attr-defined]
+    kv = config.n_kv_heads * config.head_dim  # type: ignore[attr-defined]
+    shapes = {
+        "wq": (dim, heads),
+        "wk": (dim, kv),
+        "wo": (heads, dim),
+        "w1": (dim, hidden),
+        "w2": (hidden, dim),
+        "wqkv fused": (dim, heads + 2 * kv),
+        "w13 fused": (dim, 2 * hidden),
+        "output": (dim, config.vocab_size),  # type: ignore[attr-defined]
+    }
+    rows = []
+    for name, (k, n) in shapes.items():
+        weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
+        for _ in range(5):
+            torch.nn.functional.linear(x, weight)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(20):
+                torch.nn.functional.linear(x, weight)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(5):
+            graph.replay()
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / 100
+        read = (n * k + batch * k + batch * n) * 2
+        rows.append({"product": name, "us": seconds * 1e6, "share": read / seconds / bandwidth})
+    return rows
+
+
+def diagnose(engine: object, batches: list[int], context: int, steps: int) -> None:
+    """Print the step's parts at each batch size (the module's list)."""
+    runner = engine._runner  # type: ignore[attr-defined]
+    bandwidth = engine.bandwidth_bytes_per_s  # type: ignore[attr-defined]
+    assert bandwidth is not None
+    for batch in batches:
+        inputs = decode_inputs(runner, batch, context)
+        step_bytes = engine.weight_bytes() + batch * engine.kv_bytes(context)  # type: ignore[attr-defined]
+        summary = {
+            "batch": batch,
+            "roofline_ms": step_bytes / bandwidth * 1e3,
+            "replay_ms": time_replay(runner, inputs, steps, pick=False),
+            "replay_pick_ms": time_replay(runner, inputs, steps, pick=True),
+            **time_host(engine, batch, context, steps),
+        }
+        gpu_ms, kernels = kernel_table(runner, inputs, 10)
+        summary["kernels_ms"] = gpu_ms
+        print(json.dumps(summary))
+        for row in kernels:
+            print(f"  {row['ms']:7.3f} ms  x{row['calls']:5.1f}  {row['kernel']}")
+        for row in gemm_bandwidth(engine.config, batch, bandwidth):  # type: ignore[attr-defined]
+            print(f"  mm {row['product']:11s} {row['us']:8.1f} us  {row['share']:5.2f} of copy bw")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--preset", default="llama-3-8b")
+    parser.add_argument("--batches", default="1,64,128")
+    parser.add_argument("--context", type=int, default=640)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--no-compile", action="store_true")
+    args = parser.parse_args()
+    from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+
+    batches = [int(b) for b in args.batches.split(",")]
+    settings = TorchSettings(
+        max_seq_len=args.context + 64, max_batch=max(batches), compile=not args.no_compile
+    )
+    started = time.monotonic()
+    engine = TorchEngine(args.preset, settings)
+    load_s = time.monotonic() - started
+    print(f"{args.preset}: engine up in {load_s:.1f} s (buckets {sorted(engine._runner.graphs)})")
+    diagnose(engine, batches, args.context, args.steps)
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()
