@@ -58,15 +58,16 @@ def run_batch(engine: object, batch: int, prompt: int, tokens: int, handle: obje
         torch.randint(0, vocab, (prompt,), generator=generator).tolist() for _ in range(batch)
     ]
     times: list[list[float]] = [[] for _ in range(batch)]
+    torch.cuda.synchronize()
+    time.sleep(0.5)  # the counter's refresh after a quiet moment
+    start_s, start_mj = time.monotonic(), energy_mj(handle)
+    # Submitted only now: generate_tokens starts the sequence at once, not when it is read.
     streams = [engine.generate_tokens(p, tokens) for p in prompts]  # type: ignore[attr-defined]
 
     def read(i: int) -> None:
         times[i] = [t for _, t in streams[i]]
 
     threads = [threading.Thread(target=read, args=(i,)) for i in range(batch)]
-    torch.cuda.synchronize()
-    time.sleep(0.5)  # the counter's refresh after a quiet moment
-    start_s, start_mj = time.monotonic(), energy_mj(handle)
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -99,7 +100,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--profile", type=int, metavar="N", help="top GPU kernels at batch N")
+    parser.add_argument(
+        "--diagnose", metavar="N,..", help="after the table, torch_step.py's parts at these batches"
+    )
     args = parser.parse_args()
     import pynvml
 
@@ -143,12 +146,11 @@ def main() -> None:
             f"{row['decode_tokens_per_s'] / one['decode_tokens_per_s']:11.1f}  "
             f"{one['joules_per_token'] / row['joules_per_token']:13.1f}"
         )
-    if args.profile:
-        from torch.profiler import ProfilerActivity, profile
+    if args.diagnose:
+        from torch_step import diagnose  # this folder is on the path when run as a script
 
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
-            run_batch(engine, args.profile, args.prompt, 32, handle)
-        print(trace.key_averages().table(sort_by="cuda_time_total", row_limit=12))
+        batches = [int(b) for b in args.diagnose.split(",")]
+        diagnose(engine, batches, args.prompt + args.tokens // 2, steps=50)
     if args.out:
         summary = {
             "preset": args.preset,
