@@ -22,6 +22,7 @@ __all__ = [
     "compare_figures",
     "compute_figures",
     "phase_energy",
+    "sum_or_none",
     "task_figures",
     "window_flags",
 ]
@@ -333,33 +334,31 @@ def window_flags(records: Sequence[TaskResultRecord]) -> dict[str, int]:
     }
 
 
+def sum_or_none(values: Sequence[float | None]) -> float | None:
+    """The sum, or None when any part is unknown (or there are no parts)."""
+    if not values or None in values:
+        return None
+    return sum(v for v in values if v is not None)
+
+
 def phase_energy(records: Sequence[TaskResultRecord]) -> dict[str, float | None]:
     """Prefill energy per prompt token and decode energy per output token over the run's
     tasks (energy split at each sample's first token), and the tails' share of net energy;
     None when any part is unknown."""
-    prefill = [r.prefill_energy_j for r in records]
-    decode = [r.decode_energy_j for r in records]
+    prefill_j = sum_or_none([r.prefill_energy_j for r in records])
+    decode_j = sum_or_none([r.decode_energy_j for r in records])
+    tails_j = sum_or_none([r.tail_energy_j for r in records])
+    net_j = sum_or_none([r.net_energy_j for r in records])
     prompt_tokens = sum(r.prompt_tokens for r in records)
     output_tokens = sum(r.completion_tokens for r in records)
-    known = bool(records) and None not in prefill and None not in decode
-    tails = [r.tail_energy_j for r in records]
-    nets = [r.net_energy_j for r in records]
-    net_j = sum(n for n in nets if n is not None)
-    tail_share = (
-        sum(t for t in tails if t is not None) / net_j
-        if records and None not in tails and None not in nets and net_j > 0
-        else None
-    )
     return {
-        "tail_share_of_net_energy": tail_share,
+        "tail_share_of_net_energy": (
+            tails_j / net_j if tails_j is not None and net_j is not None and net_j > 0 else None
+        ),
         "prefill_j_per_prompt_token": (
-            sum(p for p in prefill if p is not None) / prompt_tokens
-            if known and prompt_tokens
-            else None
+            prefill_j / prompt_tokens if prefill_j is not None and prompt_tokens else None
         ),
         "decode_j_per_output_token": (
-            sum(d for d in decode if d is not None) / output_tokens
-            if known and output_tokens
-            else None
+            decode_j / output_tokens if decode_j is not None and output_tokens else None
         ),
     }

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from openjarvis.errors import UserError
+from openjarvis.evals.metrics import sum_or_none
 from openjarvis.power import Meter
 from openjarvis.power.claims import Claim
 from openjarvis.power.sources import EnergySource
@@ -78,8 +79,7 @@ def conservation(
     where they ran at once, add up to the union's within rounding when no joule is lost."""
     if engine.kind not in LOCAL_ENGINE_KINDS:
         return {"windows_net_j": None, "bracket_net_j": None, "ratio": None}
-    nets = [r.net_energy_j for r in saved]
-    windows_j = None if not nets or None in nets else sum(n for n in nets if n is not None)
+    windows_j = sum_or_none([r.net_energy_j for r in saved])
     bracket_j = total.net_energy_j
     ratio = None if windows_j is None or not bracket_j else windows_j / bracket_j
     return {"windows_net_j": windows_j, "bracket_net_j": bracket_j, "ratio": ratio}
