@@ -114,7 +114,12 @@ class Meter:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         max_trace_samples: int = 200_000,
+        keep_history: bool = True,
     ) -> None:
+        """`keep_history=False`: a meter that lives long (a server) and never asks for `total()`
+        keeps only what unresolved windows need (knots, faults), so its memory stays bounded; a
+        result first read over a minute after its tail closed may then be None (no-refresh),
+        and idle must be measured while no window opens, as `measure_idle` asks anyway."""
         names = [source.name for source in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"source names must be unique: {names}")
@@ -136,6 +141,9 @@ class Meter:
         self._windows: list[WindowHandle] = []
         self._active: list[WindowHandle] = []
         self._tail_owner: WindowHandle | None = None
+        # Without history, old knots are dropped as windows are forgotten (`_forget`), and no
+        # spans or tails are kept: total() would need knots back to the first window.
+        self.keep_history = keep_history
         self._spans: list[tuple[float, float]] = []  # closed windows, for total()
         self._tails: list[tuple[float, float]] = []  # closed tails (gaps owned by a window)
         self._trace_lock = threading.Lock()
@@ -156,14 +164,23 @@ class Meter:
         estimate_cpu: bool = True,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        keep_history: bool = True,
     ) -> "Meter":
         """A meter over this machine's sources (power/discovery.py says which): of the GPUs,
         only `gpus` (the engine's devices as CUDA indices, or "all"). `coverage` says what the
-        scope covers, which GPUs it leaves out and which sources in it cannot be read."""
+        scope covers, which GPUs it leaves out and which sources in it cannot be read.
+        `keep_history=False` bounds its memory but gives up `total()` (see `__init__`)."""
         found = discover_sources(
             sysfs_root, gpus=gpus, scope=scope, estimate_cpu=estimate_cpu, clock=clock
         )
-        meter = cls(found.sources, scope, found.statuses, clock=clock, sleep=sleep)
+        meter = cls(
+            found.sources,
+            scope,
+            found.statuses,
+            clock=clock,
+            sleep=sleep,
+            keep_history=keep_history,
+        )
         meter.coverage = found.coverage
         return meter
 
@@ -326,7 +343,8 @@ class Meter:
             with self._lock:
                 handle.end_s = end_s
                 self._active.remove(handle)
-                self._spans.append((handle.start_s, end_s))
+                if self.keep_history:
+                    self._spans.append((handle.start_s, end_s))
                 if self._active:
                     handle.tail_end_s = end_s  # a window still open owns the gap after it
                 else:
@@ -344,12 +362,14 @@ class Meter:
         owner = self._tail_owner
         assert owner is not None and owner.end_s is not None
         owner.tail_end_s = end_s
-        self._tails.append((owner.end_s, end_s))
+        if self.keep_history:
+            self._tails.append((owner.end_s, end_s))
         self._tail_owner = None
 
     def _forget(self, now_s: float) -> None:
         """Drop windows that no result will need again (results look only at their
-        neighbours; `total()` keeps its own spans); under the lock."""
+        neighbours; `total()` keeps its own spans), and without history the knots before them
+        too; under the lock."""
         needed = [
             w.start_s
             for w in self._windows
@@ -361,6 +381,9 @@ class Meter:
             for w in self._windows
             if w.end_s is None or max(w.end_s, w.tail_end_s or 0) >= horizon_s
         ]
+        if not self.keep_history:
+            for track in self._tracks:  # takes the track's lock: never the other way round
+                track.forget_before(horizon_s)
 
     def _resolve(self, handle: WindowHandle, *, wait: bool) -> WindowEnergy | None:
         if handle._final is not None:
@@ -527,6 +550,10 @@ class Meter:
         windows counts once. Each stretch of the union is read as one window would be (with
         idle power known, the energy above idle of an interval its edge cuts counts whole),
         so the windows' energies, shared or not, add up to it."""
+        if not self.keep_history:
+            raise RuntimeError(
+                "total() needs the meter's history: this meter was made with keep_history=False"
+            )
         with self._lock:
             # With idle power known, tails (energy above idle between windows) are in the total.
             merged = _merge(self._spans + (self._tails if self.idle is not None else []))

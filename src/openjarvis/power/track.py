@@ -275,7 +275,9 @@ class Track:
         """The knots from the last one at or before `low_s` to the first at or after `high_s`,
         and the reason the energy between them is unknown (a fault in between), if any.
 
-        Knots are kept for the meter's life (a few MB a day): a run's bracket needs its first.
+        A meter with history keeps every knot (a few MB a day), since `total()` brackets the
+        whole run; one without drops those older than its oldest needed window
+        (`forget_before`), so a bracket must start after what was forgotten.
         """
         with self._lock:
             knots = self._knots
@@ -290,6 +292,18 @@ class Track:
                 if fault_s <= high_s:
                     return knots, reason
             return knots, None
+
+    def forget_before(self, time_s: float) -> None:
+        """Drop the knots before the last one at or before `time_s`, and the faults before that
+        knot: a bracket whose low end is at or after `time_s` is found as before. The latest
+        fault is always kept, since `failing()` asks for it."""
+        with self._lock:
+            keep = bisect.bisect_right(self._knots, time_s, key=_knot_time) - 1
+            if keep > 0:
+                del self._knots[:keep]
+            cut_s = self._knots[0].time_s if self._knots and keep >= 0 else time_s
+            latest = self._faults[-1:]
+            self._faults = [fault for fault in self._faults[:-1] if fault[0] >= cut_s] + latest
 
     # Traces --------------------------------------------------------------------------------
 

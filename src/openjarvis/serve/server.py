@@ -411,8 +411,9 @@ def running_server(
 ) -> Iterator[EnergyServer]:
     """A server in a background thread with its own meter, for `jarvis serve`, tests and benches.
 
-    The meter reads the GPUs the engine runs on, not every visible one (docs/energy.md, "Scope")."""
-    with Meter.discover(scope=scope, gpus=engine.devices) as meter:
+    The meter reads the GPUs the engine runs on, not every visible one (docs/energy.md, "Scope").
+    It keeps no history: a server runs for days and never asks for the total of its windows."""
+    with Meter.discover(scope=scope, gpus=engine.devices, keep_history=False) as meter:
         # The server claims the sources it meters (power/claims.py), so that an `ipw measure`
         # started beside it is told; one already measuring is reported, not refused.
         local = engine.kind in LOCAL_ENGINE_KINDS
