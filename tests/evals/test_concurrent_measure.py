@@ -269,32 +269,6 @@ def test_tasks_in_flight_share_the_energy_and_add_up_to_the_union(
     assert "add up to 1.0000 of the counters over the union of their windows" in shown.output
 
 
-def test_tasks_are_scored_beside_each_other_while_the_engine_keeps_its_batch(
-    engine: BatchingEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Scoring in the sandbox is slow next to a batched step: tasks that finish are scored
-    in a pool of their own, so scoring neither waits in line nor holds back generation."""
-    score = runner.score_completions
-    active, most = [0], [0]
-    lock = threading.Lock()
-
-    def slow_score(*args: object, **kwargs: object) -> object:
-        with lock:
-            active[0] += 1
-            most[0] = max(most[0], active[0])
-        time.sleep(0.3)  # a sandbox's start-up on a loaded machine
-        try:
-            return score(*args, **kwargs)  # type: ignore[arg-type]
-        finally:
-            with lock:
-                active[0] -= 1
-
-    monkeypatch.setattr(runner, "score_completions", slow_score)
-    result = run_measure(spec_for(tmp_path))
-    assert most[0] >= 2, "tasks were scored one after another"
-    assert result.figures.tasks == 8 and result.figures.accuracy.value == 0.5
-
-
 def test_one_task_at_a_time_on_a_batching_engine_shares_nothing(
     engine: BatchingEngine, tmp_path: Path
 ) -> None:

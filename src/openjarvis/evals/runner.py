@@ -3,7 +3,6 @@ them in the sandbox, and save each task to the store at once.
 """
 
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -440,13 +439,12 @@ def _measured_tasks(
     """The tasks generated and scored, in the order they finish.
 
     One at a time, each task generates in this thread (Ctrl-C stops the generation itself).
-    With `spec.concurrency` above 1, that many tasks generate at once in worker threads, and
-    each finished task is scored in a pool of its own (outside the task's windows, though
-    while other tasks generate), so that the engine's batch refills at once and scoring in
-    the sandbox does not set the run's pace (scored one by one in this thread, 164 HumanEval
-    tasks at 32 in flight took as long as one at a time on the H200). Closing the iterator
-    (an error, Ctrl-C) starts no more tasks and waits for those in flight: they are dropped,
-    and the engine is idle when the caller closes it.
+    With `spec.concurrency` above 1, that many tasks generate at once in worker threads and
+    this thread scores them as they finish (outside the scored task's windows, though while
+    other tasks generate). Scoring in a pool of its own beside them was tried and measured:
+    on the H200 it slowed the batch it shares this process with (docs/benchmarks.md). Closing the iterator (an error, Ctrl-C) starts no more
+    tasks and waits for those in flight: they are dropped, and the engine is idle when the
+    caller closes it.
     """
 
     def generate(task: Task) -> _Generated:
@@ -470,35 +468,26 @@ def _measured_tasks(
         return None if stopping.is_set() else generate(task)
 
     waiting = iter(tasks)
-    generating: set[Future[_Generated | None]] = set()
-    scoring: set[Future[_Measured]] = set()
-    scorers = min(spec.concurrency, os.cpu_count() or 1)
-    with (
-        ThreadPoolExecutor(spec.concurrency, thread_name_prefix="ipw-task") as pool,
-        ThreadPoolExecutor(scorers, thread_name_prefix="ipw-score") as scorer_pool,
-    ):
+    in_flight: set[Future[_Generated | None]] = set()
+    with ThreadPoolExecutor(spec.concurrency, thread_name_prefix="ipw-task") as pool:
 
         def fill() -> None:  # start tasks until `concurrency` are in flight
-            while len(generating) < spec.concurrency and (task := next(waiting, None)) is not None:
-                generating.add(pool.submit(generate_unless_stopping, task))
+            while len(in_flight) < spec.concurrency and (task := next(waiting, None)) is not None:
+                in_flight.add(pool.submit(generate_unless_stopping, task))
 
         try:
             fill()
-            while generating or scoring:
-                in_flight: set[Future[Any]] = {*generating, *scoring}
+            while in_flight:
                 done = wait(in_flight, return_when=FIRST_COMPLETED).done
-                for future in done & generating:
-                    generating.discard(future)
-                    if (one := future.result()) is not None:  # a worker's error: raised
-                        scoring.add(scorer_pool.submit(scored, one))
-                fill()  # the engine keeps its batch
-                for future in done & scoring:
-                    scoring.discard(future)
-                    yield future.result()
+                in_flight.difference_update(done)
+                generated = [future.result() for future in done]  # a worker's error: raised
+                fill()  # before scoring, so that the engine keeps its batch
+                for one in generated:
+                    if one is not None:
+                        yield scored(one)
         finally:
             stopping.set()
             pool.shutdown(wait=True, cancel_futures=True)
-            scorer_pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _generate(
