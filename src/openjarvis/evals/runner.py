@@ -89,6 +89,8 @@ class MeasureSpec:
             n_ctx=self.n_ctx,
             threads=self.threads,
             tp=self.tp,
+            # The torch engine holds KV cache and start-up graphs for this many, not 64.
+            max_batch=self.concurrency,
             reuse_prompt_cache=False,
         )
 
@@ -442,9 +444,9 @@ def _measured_tasks(
     With `spec.concurrency` above 1, that many tasks generate at once in worker threads and
     this thread scores them as they finish (outside the scored task's windows, though while
     other tasks generate). Scoring in a pool of its own beside them was tried and measured:
-    on the H200 it slowed the batch it shares this process with (docs/benchmarks.md). Closing the iterator (an error, Ctrl-C) starts no more
-    tasks and waits for those in flight: they are dropped, and the engine is idle when the
-    caller closes it.
+    on the H200 it slowed the batch it shares this process with (docs/benchmarks.md).
+    Closing the iterator (an error, Ctrl-C) starts no more tasks and waits for those in
+    flight: they are dropped, and the engine is idle when the caller closes it.
     """
 
     def generate(task: Task) -> _Generated:

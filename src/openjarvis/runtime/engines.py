@@ -4,7 +4,7 @@ openai and anthropic (cloud).
 `ipw measure` and `jarvis serve` both come through here, so both accept the same engines.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from openjarvis.errors import UserError
 from openjarvis.runtime.models import ModelFile, resolve_model
@@ -35,6 +35,9 @@ class EngineSpec:
     threads: int | None = None
     n_gpu_layers: int = 0  # llamacpp only
     tp: int = 1  # torch only: tensor-parallel processes, one per GPU
+    # torch only: sequences decoded together at most, when fewer than the engine's default:
+    # the KV cache and the CUDA graphs captured at start-up are sized by it.
+    max_batch: int | None = None
     reuse_prompt_cache: bool = True
     timeout_s: float = 120.0  # cloud: longest wait for the next byte
 
@@ -66,7 +69,11 @@ def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
             ) from None
 
         assert model is not None, "resolve_engine_model returns the GGUF for local engines"
-        return TorchEngine(model.path, TorchSettings(tp=spec.tp, max_seq_len=spec.n_ctx))
+        torch_settings = TorchSettings(tp=spec.tp, max_seq_len=spec.n_ctx)
+        if spec.max_batch is not None:
+            batch = min(spec.max_batch, torch_settings.max_batch)
+            torch_settings = replace(torch_settings, max_batch=batch)
+        return TorchEngine(model.path, torch_settings)
     if spec.kind == "llamacpp":
         from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
 
