@@ -1,5 +1,6 @@
-"""What `ipw measure` writes to stderr when stderr is not a terminal (a log, a pipe, CI): one
-plain line per finished task, and an error that is exactly one line.
+"""What `ipw measure` writes to stderr when stderr is not a terminal (a log, a pipe, CI): a line
+when the engine is ready, one plain line per finished task, and an error that is exactly one
+line.
 
 Run as a user runs it: `python -m openjarvis` in a subprocess whose stderr is a pipe.
 """
@@ -36,7 +37,10 @@ def test_one_line_per_finished_task_on_stderr(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["figures"]["tasks"] == 2  # stdout stays JSON only
-    lines = done.stderr.splitlines()
+    ready, *lines = done.stderr.splitlines()
+    assert re.fullmatch(
+        r"2 task\(s\) to run; engine loaded and idle measured in \d+:\d\d:\d\d", ready
+    ), ready
     assert len(lines) == 2, done.stderr
     for number, line in enumerate(lines):
         assert re.fullmatch(

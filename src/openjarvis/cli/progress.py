@@ -42,7 +42,7 @@ def _bar(suite: str, console: Console) -> Iterator[MeasureProgress]:
         console=console,
         transient=True,
     ) as progress:
-        bar = progress.add_task("measuring idle power", total=None, passed=0)
+        bar = progress.add_task("loading the engine, measuring idle", total=None, passed=0)
 
         def on_start(total: int) -> None:
             progress.update(bar, description=suite, total=total)
@@ -60,16 +60,27 @@ def _lines() -> MeasureProgress:
 
     def on_start(total: int) -> None:
         counts["total"] = total
+        # The engine's start (on a GPU, compiling and capturing its graphs) can take minutes:
+        # said apart, so that the tasks' elapsed time is not read as theirs alone.
+        sys.stderr.write(
+            f"{total} task(s) to run; engine loaded and idle measured in "
+            f"{_clock(time.monotonic() - started)}\n"
+        )
+        sys.stderr.flush()
 
     def on_task(task_id: str, passed: int, samples_run: int) -> None:
         counts["done"] += 1
         counts["passed"] += passed > 0
-        elapsed = round(time.monotonic() - started)
         sys.stderr.write(
             f"{task_id}: {passed}/{samples_run} sample(s) passed · "
             f"{counts['done']}/{counts['total']} tasks, {counts['passed']} passed · "
-            f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} elapsed\n"
+            f"{_clock(time.monotonic() - started)} elapsed\n"
         )
         sys.stderr.flush()
 
     return MeasureProgress(on_start, on_task)
+
+
+def _clock(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
