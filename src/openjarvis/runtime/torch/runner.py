@@ -73,11 +73,10 @@ class StepInputs:
         rows = step.rows
         length = max(len(row.tokens) for row in rows)
         width = max(len(row.sequence.blocks) for row in rows)
-        token_rows, positions = [], []
-        for row in rows:
-            pad = length - len(row.tokens)
-            token_rows.append([0] * pad + row.tokens)
-            positions.append([-1] * pad + list(range(row.start, row.start + len(row.tokens))))
+        positions = [
+            [-1] * (length - len(row.tokens)) + list(range(row.start, row.start + len(row.tokens)))
+            for row in rows
+        ]
         tables = torch.stack([_table(row.sequence) for row in rows])[:, :width]
         where = torch.tensor(positions, dtype=torch.long)
         padding = where < 0
@@ -85,8 +84,9 @@ class StepInputs:
         slots = tables.long().gather(1, where // block_size) * block_size + where % block_size
         slots[padding] = SCRATCH_BLOCK * block_size
         last_only = not any(row.sequence.all_logits for row in rows)
-        if tokens is None:
-            tokens = torch.tensor(token_rows, dtype=torch.long)
+        if tokens is None:  # left-padded with 0 (padding sits in the scratch block)
+            padded = [[0] * (length - len(row.tokens)) + row.tokens for row in rows]
+            tokens = torch.tensor(padded, dtype=torch.long)
         return cls(step.kind == "decode", last_only, tokens, where, slots, tables)
 
     def pack(self) -> tuple[Tensor, Tensor]:

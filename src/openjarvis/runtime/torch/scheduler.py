@@ -75,10 +75,6 @@ class Step:
     kind: Literal["prefill", "decode"]
     rows: list[Row]
 
-    @property
-    def tokens(self) -> int:
-        return sum(len(row.tokens) for row in self.rows)
-
 
 class Scheduler:
     def __init__(
