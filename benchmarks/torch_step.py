@@ -3,8 +3,8 @@
 For each batch size B it times, on one engine (random bf16 weights of a preset):
 - `replay`: B rows' decode step replayed back to back from its CUDA graph, one sync at the end
   (the GPU's time per step, launches hidden);
-- `replay + pick`: the same with each step's argmax read back by the host (the engine's
-  pattern: the host waits for every step);
+- `replay + pick`: the same with each step's argmax read back by the host before the next
+  (the engine's pattern before its decode steps were chained: the host waits for every step);
 - `host`: the Python work of one step on this CPU with the GPU out of the picture: building the
   step's inputs from B sequences (`StepInputs.of`) and recording the step (`finish_step`);
 - the GPU kernels of one replayed step (torch.profiler), grouped by name, with the bytes the
