@@ -105,6 +105,9 @@ class Completion:
     # The steps of a batching engine this request took part in; empty from engines that run
     # one request at a time (all of a window's energy is then its own).
     work: tuple[WorkPiece, ...] = ()
+    # Prompt tokens whose keys and values came from the engine's cache instead of being
+    # computed (a prefix shared with an earlier request); None: the engine does not say.
+    cached_tokens: int | None = None
 
     @property
     def prefill_tokens_per_s(self) -> float | None:
