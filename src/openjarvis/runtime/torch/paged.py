@@ -5,13 +5,23 @@ Block 0 is scratch: padding rows of a batch write there and read from there, so 
 shapes can stay fixed (CUDA graphs) without touching any sequence's blocks.
 """
 
+import hashlib
+from array import array
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["SCRATCH_BLOCK", "BlockPool", "Layout", "PagedKV", "uses_decode_kernel"]
+__all__ = [
+    "SCRATCH_BLOCK",
+    "BlockPool",
+    "Layout",
+    "PagedKV",
+    "chain_key",
+    "uses_decode_kernel",
+]
 
 SCRATCH_BLOCK = 0
 
@@ -132,24 +142,101 @@ class PagedKV(nn.Module):
 
 
 class BlockPool:
-    """Which blocks are free. Block 0 (scratch) is never handed out."""
+    """Which blocks are free, and which hold a known prefix (automatic prefix caching, as vLLM
+    keeps it): a full block is published under a key that chains the keys of the blocks before
+    it with its own tokens, so one key names a whole prefix at its positions. Blocks are
+    reference counted; an unreferenced block keeps its content until a blank one runs out, and
+    then the least recently freed is evicted. Block 0 (scratch) is never handed out."""
 
     def __init__(self, blocks: int, block_size: int) -> None:
         assert blocks >= 2, "one scratch block and at least one for sequences"
         self.block_size = block_size
         self.blocks = blocks
-        self._free = list(range(blocks - 1, SCRATCH_BLOCK, -1))  # pop() hands out 1, 2, ...
+        self._blank = list(range(blocks - 1, SCRATCH_BLOCK, -1))  # pop() hands out 1, 2, ...
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # unreferenced, content kept
+        self._references = [0] * blocks
+        self._key_of: dict[int, bytes] = {}  # block -> the prefix key it is published under
+        self._block_of: dict[bytes, int] = {}
 
     @property
     def free(self) -> int:
-        return len(self._free)
+        """Blocks that `take` can hand out: blank ones and unreferenced cached ones."""
+        return len(self._blank) + len(self._evictable)
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
-    def take(self, count: int) -> list[int]:
-        assert count <= len(self._free), "check `free` before taking"
-        return [self._free.pop() for _ in range(count)]
+    def prefix_keys(self, tokens: list[int]) -> list[bytes]:
+        """The keys of the full blocks of `tokens`, in order."""
+        keys: list[bytes] = []
+        size = self.block_size
+        for start in range(0, len(tokens) - size + 1, size):
+            keys.append(chain_key(keys[-1] if keys else b"", tokens[start : start + size]))
+        return keys
+
+    def cached(self, keys: list[bytes]) -> list[int]:
+        """The blocks holding the longest run of `keys` from the first: the cached prefix."""
+        found: list[int] = []
+        for key in keys:
+            block = self._block_of.get(key)
+            if block is None:
+                break
+            found.append(block)
+        return found
+
+    def can_take(self, count: int, cached: list[int]) -> bool:
+        """`take(count, cached)` would succeed: the fresh blocks, and the cached ones nobody
+        holds (they leave the free blocks too), are free."""
+        idle = sum(1 for block in cached if self._references[block] == 0)
+        return count - len(cached) + idle <= self.free
+
+    def take(self, count: int, cached: list[int] | None = None) -> list[int]:
+        """`count` blocks: the `cached` ones first (shared, their references counted), then
+        fresh ones, blank before evicted."""
+        cached = cached or []
+        assert self.can_take(count, cached), "check `can_take` before taking"
+        for block in cached:
+            if self._references[block] == 0:
+                del self._evictable[block]
+            self._references[block] += 1
+        fresh = [self._fresh() for _ in range(count - len(cached))]
+        return [*cached, *fresh]
+
+    def _fresh(self) -> int:
+        if self._blank:
+            block = self._blank.pop()
+        else:
+            block, _ = self._evictable.popitem(last=False)  # least recently freed
+            del self._block_of[self._key_of.pop(block)]
+        self._references[block] = 1
+        return block
+
+    def publish(self, block: int, key: bytes) -> None:
+        """Block `block` is full and holds the prefix `key` names. A prefix already held by
+        another block (computed twice at once) stays with that block."""
+        assert self._references[block] > 0, "only a held block is published"
+        if key in self._block_of or block in self._key_of:
+            return
+        self._block_of[key] = block
+        self._key_of[block] = key
 
     def give_back(self, blocks: list[int]) -> None:
-        self._free.extend(reversed(blocks))
+        """Drop one reference to each block; a block nobody holds is free again, its content
+        kept while it is published. The later blocks of a sequence are the first evicted."""
+        for block in reversed(blocks):
+            self._references[block] -= 1
+            assert self._references[block] >= 0, f"block {block} given back twice"
+            if self._references[block] > 0:
+                continue
+            if block in self._key_of:
+                self._evictable[block] = None
+            else:
+                self._blank.append(block)
+
+
+def chain_key(parent: bytes, tokens: list[int]) -> bytes:
+    """A block's key: its parent's key and its own tokens, hashed (128 bits, so two prefixes
+    that differ never meet in practice, and the key stays the same in every process)."""
+    digest = hashlib.blake2b(parent, digest_size=16)
+    digest.update(array("q", tokens).tobytes())
+    return digest.digest()
