@@ -6,8 +6,9 @@ from typing import get_args
 import pytest
 
 from openjarvis.errors import UserError
+from openjarvis.reference import cost_usd, energy_class
 from openjarvis.runtime.cloud import CloudEngine, CloudSettings, Provider
-from openjarvis.runtime.cloud_tables import cost_usd, energy_class, estimate_energy
+from openjarvis.runtime.cloud_tables import estimate_energy
 from openjarvis.runtime.engines import CLOUD_ENGINE_KINDS
 from openjarvis.runtime.types import ChatMessage, ChatRequest, GenerationRequest
 from tests.runtime.stub_server import Reply, sse, stub_server
@@ -28,7 +29,14 @@ def _openai_reply(*pieces: str, usage: bool = True) -> Reply:
 
 
 def _engine(url: str, provider: str = "openai", model: str = "gpt-4o") -> CloudEngine:
-    settings = CloudSettings(provider, model, base_url=url, max_retries=2)  # type: ignore[arg-type]
+    # The stub stands in for a remote API: on loopback it would otherwise be metered here.
+    settings = CloudSettings(
+        provider,  # type: ignore[arg-type]
+        model,
+        base_url=url,
+        max_retries=2,
+        meter="estimate",
+    )
     return CloudEngine(settings)
 
 

@@ -6,9 +6,9 @@ run that gets it right would spend, and a router that is right with probability 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from openjarvis.reference import cost_usd
 from openjarvis.report.gate import shared_tasks
 from openjarvis.report.runs import is_cloud, mean_if_known, short_label
-from openjarvis.runtime.cloud_tables import cost_usd
 from openjarvis.store import RunRecord, TaskResultRecord
 
 __all__ = [

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
+from openjarvis.engine_kinds import LOCAL_ENGINE_KINDS
 from openjarvis.store import RunRecord
 
 __all__ = [

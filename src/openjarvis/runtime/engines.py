@@ -6,23 +6,44 @@ openai and anthropic (cloud).
 
 from dataclasses import dataclass, replace
 
+from openjarvis.engine_kinds import CLOUD_ENGINE_KINDS, ENGINE_KINDS, LOCAL_ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.runtime.models import ModelFile, resolve_model
 from openjarvis.runtime.types import Engine
 
 __all__ = [
+    "CAPABILITIES",
     "CLOUD_ENGINE_KINDS",
     "ENGINE_KINDS",
     "LOCAL_ENGINE_KINDS",
+    "EngineCapabilities",
     "EngineSpec",
     "open_engine",
     "resolve_engine_model",
 ]
 
-LOCAL_ENGINE_KINDS = ("llamacpp", "torch")  # run here: the meter measures their energy
-# The one list of engine kinds: the rest of the tree imports these (cloud.Provider is their type).
-CLOUD_ENGINE_KINDS = ("openai", "anthropic")  # remote APIs: energy is an estimate
-ENGINE_KINDS = (*LOCAL_ENGINE_KINDS, *CLOUD_ENGINE_KINDS)
+# The engine kinds (cloud.Provider is the type of the cloud ones) are defined in a leaf the report
+# reads too; the runtime's importers take them from here with the rest of the engine choice.
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCapabilities:
+    """What an engine kind can do on any machine: a run's options are checked against it before
+    anything is opened or written (evals/config.py)."""
+
+    concurrency: int  # requests in flight at once, at most
+    logprobs: bool  # scores a given continuation (lm-eval's log-likelihood requests)
+
+
+# llama.cpp's batch holds 4 sequences; the torch engine sizes its KV cache and graphs for at most
+# 64; 8 API requests in flight stay inside common rate limits. Each engine's own `concurrency`
+# says the same (tests/runtime/test_engine_capabilities.py holds them to it).
+CAPABILITIES: dict[str, EngineCapabilities] = {
+    "llamacpp": EngineCapabilities(concurrency=4, logprobs=True),
+    "torch": EngineCapabilities(concurrency=64, logprobs=True),
+    "openai": EngineCapabilities(concurrency=8, logprobs=False),
+    "anthropic": EngineCapabilities(concurrency=8, logprobs=False),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +61,7 @@ class EngineSpec:
     max_batch: int | None = None
     reuse_prompt_cache: bool = True
     timeout_s: float = 120.0  # cloud: longest wait for the next byte
+    meter: str = "auto"  # openai: auto, local (a server on this machine) or estimate
 
 
 def resolve_engine_model(spec: EngineSpec) -> ModelFile | None:
@@ -49,8 +71,10 @@ def resolve_engine_model(spec: EngineSpec) -> ModelFile | None:
     if spec.tp != 1 and spec.kind != "torch":
         raise UserError("--tp is for --engine torch; drop it or use the torch engine")
     if spec.kind in LOCAL_ENGINE_KINDS:
-        if spec.base_url or spec.api_key_env:
-            raise UserError("--base-url and --api-key-env are for cloud engines; drop them")
+        if spec.base_url or spec.api_key_env or spec.meter != "auto":
+            raise UserError(
+                "--base-url, --api-key-env and --meter are for cloud engines; drop them"
+            )
         return resolve_model(spec.model)
     if not spec.model:
         raise UserError(f"--engine {spec.kind} needs --model NAME (the server's model name)")
@@ -94,5 +118,6 @@ def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
             base_url=spec.base_url,
             api_key_env=spec.api_key_env,
             timeout_s=spec.timeout_s,
+            meter=spec.meter,  # type: ignore[arg-type]  # the CLI's str; CloudEngine checks it
         )
     )
