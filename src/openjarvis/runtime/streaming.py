@@ -31,6 +31,7 @@ class Outcome:
         bandwidth_bytes_per_s: float | None,
         work: tuple[WorkPiece, ...] = (),
         batch: float = 1.0,
+        cached_tokens: int | None = None,
     ) -> Completion:
         """The Completion; MBU = decode rate x batch x bytes per token / bandwidth (the
         device's bandwidth use while this sequence decoded among `batch` others), None when
@@ -52,6 +53,7 @@ class Outcome:
             decode_bytes_per_token=decode_bytes_per_token,
             memory_bandwidth_utilisation=mbu,
             work=work,
+            cached_tokens=cached_tokens,
         )
 
 

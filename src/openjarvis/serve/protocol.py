@@ -288,12 +288,17 @@ def energy_field(window: WindowEnergy, estimate: EnergyEstimate | None) -> Energ
     }
 
 
-def _usage(completion: Completion) -> dict[str, int]:
-    return {
+def _usage(completion: Completion) -> dict[str, object]:
+    """OpenAI's usage; `prompt_tokens_details.cached_tokens` (the prompt tokens the engine took
+    from its cache) only from an engine that says it, as OpenAI leaves the details out."""
+    usage: dict[str, object] = {
         "prompt_tokens": completion.prompt_tokens,
         "completion_tokens": completion.completion_tokens,
         "total_tokens": completion.prompt_tokens + completion.completion_tokens,
     }
+    if completion.cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": completion.cached_tokens}
+    return usage
 
 
 def _timings(completion: Completion) -> dict[str, float | None]:

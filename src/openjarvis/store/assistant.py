@@ -64,6 +64,11 @@ class AssistantMessageRecord:
     energy_method: str | None = None  # "counter" | "integrated" | "estimate"
     energy_null_reason: str | None = None
     cost_usd: float | None = None
+    # Replies: prompt tokens the engine took from its cache, the energy up to the first token,
+    # and the prefill joules the cached tokens saved (an estimate); None when not known.
+    cached_tokens: int | None = None
+    prefill_energy_j: float | None = None
+    prefill_saved_j: float | None = None
     in_context: bool = True  # False once the user dropped it to fit the context
     id: int | None = None
     created_at: datetime | None = None
@@ -105,6 +110,9 @@ class AssistantMessage(Base):
     energy_method: Mapped[str | None] = mapped_column(String(32))
     energy_null_reason: Mapped[str | None] = mapped_column(String(64))
     cost_usd: Mapped[float | None] = mapped_column(Float)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    prefill_energy_j: Mapped[float | None] = mapped_column(Float)
+    prefill_saved_j: Mapped[float | None] = mapped_column(Float)
     in_context: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
@@ -121,6 +129,9 @@ class AssistantMessage(Base):
             energy_method=self.energy_method,
             energy_null_reason=self.energy_null_reason,
             cost_usd=self.cost_usd,
+            cached_tokens=self.cached_tokens,
+            prefill_energy_j=self.prefill_energy_j,
+            prefill_saved_j=self.prefill_saved_j,
             in_context=self.in_context,
             id=self.id,
             created_at=self.created_at,
@@ -175,6 +186,9 @@ def add_assistant_message(store: Store, session_id: str, message: AssistantMessa
             energy_method=message.energy_method,
             energy_null_reason=message.energy_null_reason,
             cost_usd=message.cost_usd,
+            cached_tokens=message.cached_tokens,
+            prefill_energy_j=message.prefill_energy_j,
+            prefill_saved_j=message.prefill_saved_j,
             in_context=message.in_context,
             created_at=now,
         )

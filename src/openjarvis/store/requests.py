@@ -40,6 +40,12 @@ class RequestLogRecord:
     # and the time-weighted batch size of its engine steps (None: the engine reported none).
     shared: bool = False
     mean_batch: float | None = None
+    # Prompt tokens the engine took from its cache (None: it did not say), the energy up to
+    # the first token, and the prefill joules the cached tokens saved (an estimate, None
+    # until a cold prefill has priced a prompt token; docs/assistant.md).
+    cached_tokens: int | None = None
+    prefill_energy_j: float | None = None
+    prefill_saved_j: float | None = None
     started_at: datetime | None = None  # set by log_request when None
     id: int | None = None
 
@@ -68,6 +74,9 @@ class RequestLog(Base):
     cost_usd: Mapped[float | None] = mapped_column(Float)
     shared: Mapped[bool] = mapped_column(Boolean, server_default=false())
     mean_batch: Mapped[float | None] = mapped_column(Float)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    prefill_energy_j: Mapped[float | None] = mapped_column(Float)
+    prefill_saved_j: Mapped[float | None] = mapped_column(Float)
 
     def to_record(self) -> RequestLogRecord:
         values = {name: getattr(self, name) for name in _FIELDS}
