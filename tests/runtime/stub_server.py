@@ -1,7 +1,8 @@
 """A scripted HTTP server on 127.0.0.1 for the cloud engine's tests: the network edge.
 
 Each request takes the next scripted reply (status, headers, SSE events or a JSON body) and is
-recorded with its headers and JSON body, so tests can check what the engine sent.
+recorded with its headers and JSON body, so tests can check what the engine sent. A GET is
+answered from `gets` by path (404 for a path it lacks; the requests list records POSTs only).
 """
 
 import json
@@ -38,18 +39,24 @@ class StubServer:
     url: str
     replies: list[Reply]
     requests: list[tuple[str, dict[str, str], dict[str, object]]] = field(default_factory=list)
+    gets: dict[str, Reply] = field(default_factory=dict)
 
 
 @contextmanager
-def stub_server(replies: list[Reply]) -> Iterator[StubServer]:
-    stub = StubServer("", list(replies))
+def stub_server(replies: list[Reply], gets: dict[str, Reply] | None = None) -> Iterator[StubServer]:
+    stub = StubServer("", list(replies), gets=dict(gets or {}))
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._answer(stub.gets.get(self.path, Reply(404, b'{"error": "not found"}')))
+
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
             stub.requests.append((self.path, dict(self.headers.items()), body))
-            reply = stub.replies.pop(0)
+            self._answer(stub.replies.pop(0))
+
+        def _answer(self, reply: Reply) -> None:
             self.send_response(reply.status)
             for name, value in reply.headers.items():
                 self.send_header(name, value)

@@ -114,6 +114,13 @@ def measure(
         ),
     ] = 1,
     base_url: Annotated[str | None, typer.Option(help="Cloud engine's API base URL")] = None,
+    meter: Annotated[
+        str,
+        typer.Option(
+            help="openai engine: local (meter this machine: the server runs here), estimate "
+            "(per-token table), or auto (local when --base-url is this machine)"
+        ),
+    ] = "auto",
     api_key_env: Annotated[
         str | None, typer.Option(help="Variable holding the cloud engine's API key")
     ] = None,
@@ -176,6 +183,7 @@ def measure(
         gpus=gpus,  # type: ignore[arg-type]  # typer passes str; checked by spec.validate()
         allow_shared=allow_shared,
         concurrency=concurrency,
+        meter=meter,
     )
     if resume is None:
         spec.validate()  # before the progress bar, so a bad option is the only line printed

@@ -23,9 +23,9 @@ from openjarvis.power.types import (
     TotalEnergy,
     WindowEnergy,
 )
+from openjarvis.records import RunRecord, TaskResultRecord
 from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine
-from openjarvis.store.records import RunRecord, TaskResultRecord
 
 __all__ = [
     "check_same_gpus",
@@ -38,6 +38,7 @@ __all__ = [
     "gpu_description",
     "idle_after",
     "idle_error_w",
+    "measured_here",
     "metered_gpus",
     "metering",
     "refuse_empty_scope",
@@ -45,9 +46,15 @@ __all__ = [
 ]
 
 
+def measured_here(engine: Engine) -> bool:
+    """Whether this machine's sources measure the engine: a local engine, or a server on this
+    machine (`CloudEngine.metered_here`); otherwise its energy is the per-token estimate."""
+    return engine.kind in LOCAL_ENGINE_KINDS or getattr(engine, "metered_here", False) is True
+
+
 def idle_after(idle_seconds: float, meter: Meter, engine: Engine) -> IdleBaseline | None:
     """Idle power again once the tasks are done, to report how far it drifted."""
-    if idle_seconds <= 0 or engine.kind not in LOCAL_ENGINE_KINDS or meter.idle is None:
+    if idle_seconds <= 0 or not measured_here(engine) or meter.idle is None:
         return None
     return meter.measure_idle(idle_seconds, use=False)
 
@@ -77,7 +84,7 @@ def conservation(
     """This process's windows against the counters over the same time (`Meter.total()`, the
     union of its windows and tails; docs/energy.md): the tasks' net energies, or their shares
     where they ran at once, add up to the union's within rounding when no joule is lost."""
-    if engine.kind not in LOCAL_ENGINE_KINDS:
+    if not measured_here(engine):
         return {"windows_net_j": None, "bracket_net_j": None, "ratio": None}
     windows_j = sum_or_none([r.net_energy_j for r in saved])
     bracket_j = total.net_energy_j
@@ -99,7 +106,7 @@ def concurrency_figures(
     """
     batches = [(r.mean_batch, r.latency_s) for r in results if r.mean_batch is not None]
     seconds = sum(latency_s for _, latency_s in batches)
-    measured = engine.kind in LOCAL_ENGINE_KINDS and bool(saved)
+    measured = measured_here(engine) and bool(saved)
     gross_j = total.windows_energy_j if measured else None
     net_j = total.net_energy_j if measured else None
     return {
@@ -144,8 +151,11 @@ def estimated_window(window: WindowEnergy, completion: Completion) -> WindowEner
 
 
 def metered_gpus(gpus: str, engine: Engine) -> GpuSelection:
-    """The GPUs whose energy the run counts: the engine's own (docs/energy.md), or `--gpus all`."""
-    return "all" if gpus == "all" else engine.devices
+    """The GPUs whose energy the run counts: the engine's own (docs/energy.md), or `--gpus all`.
+    A server on this machine does not say which GPUs it runs on: every visible one counts."""
+    if gpus == "all" or (measured_here(engine) and engine.kind not in LOCAL_ENGINE_KINDS):
+        return "all"
+    return engine.devices
 
 
 def check_same_gpus(run: RunRecord, coverage: dict[str, object]) -> None:
@@ -173,13 +183,13 @@ def gpu_description(source: EnergySource) -> str:
 
 
 def energy_method(meter: Meter, engine: Engine) -> str | None:
-    return meter.method if engine.kind in LOCAL_ENGINE_KINDS else "estimate"
+    return meter.method if measured_here(engine) else "estimate"
 
 
 def energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -> str | None:
     """Why energy is estimated, missing, or unknown for some tasks; None when all is measured."""
     notes = []
-    if engine.kind not in LOCAL_ENGINE_KINDS:
+    if not measured_here(engine):
         notes.append(
             "energy is an estimate from token counts and data/cloud_energy.csv "
             "(energy per token, PUE), not a measurement"
@@ -191,6 +201,8 @@ def energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -
     unknown = Counter(r.energy_null_reason or "unknown" for r in results if r.energy_j is None)
     if unknown and meter.method is not None:
         reasons = ", ".join(f"{count} {reason}" for reason, count in unknown.most_common())
+    if engine.kind not in LOCAL_ENGINE_KINDS and measured_here(engine):
+        notes.append(local_server_note(engine))
         notes.append(
             f"energy unknown for {sum(unknown.values())} of {len(results)} tasks ({reasons}), "
             "so the run's energy figures are null"
@@ -201,6 +213,24 @@ def energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -
 @contextmanager
 def metering(
     engine: Engine, scope: Scope, gpus: str, allow_shared: bool, holder: str
+def local_server_note(engine: Engine) -> str:
+    """What a run of a server on this machine measured, and how its tokens were counted."""
+    settings = engine.settings_dict()
+    note = (
+        f"the server at {settings.get('base_url')} runs on this machine and was metered with its "
+        "sources in scope (every visible GPU: the server does not say which it uses); requests "
+        "that overlapped split each interval by time, since a foreign server reports no engine "
+        "steps"
+    )
+    counted = getattr(engine, "counted_completions", 0)
+    if counted:
+        note += (
+            f"; the server sent no token usage, so {settings.get('token_counts')} "
+            f"({counted} replies, re-tokenized)"
+        )
+    return note
+
+
 ) -> Iterator[tuple[Meter, dict[str, str]]]:
     """A started meter over the engine's sources in `scope`, with its claim on them; yields the
     meter and the sources another measurement holds (see `claimed`)."""
@@ -213,7 +243,7 @@ def metering(
 def refuse_empty_scope(meter: Meter, engine: Engine) -> None:
     """A local run whose scope holds no source would measure nothing: refuse it before it
     starts, saying what the scope left out and what to pass instead."""
-    if engine.kind not in LOCAL_ENGINE_KINDS or meter.coverage.in_scope:
+    if not measured_here(engine) or meter.coverage.in_scope:
         return
     left_out = meter.coverage.out_of_scope
     if left_out:
@@ -234,7 +264,7 @@ def claimed(
     """Claim the sources in scope for this run (power/claims.py); yields those another
     measurement holds, which only `allow_shared` accepts."""
     # A cloud run's energy is an estimate: this machine's draw is not its figure.
-    claim = meter.claim(holder) if engine.kind in LOCAL_ENGINE_KINDS else Claim()
+    claim = meter.claim(holder) if measured_here(engine) else Claim()
     try:
         if claim.shared and not allow_shared:
             name, holder = next(iter(claim.taken.items()))

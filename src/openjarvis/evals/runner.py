@@ -78,6 +78,9 @@ class MeasureSpec:
     # Tasks in flight at once (at most the engine's own concurrency); above 1 their windows
     # overlap and share the energy by the work each did (docs/energy.md, "Shared energy").
     concurrency: int = 1
+    # openai engine: meter a server on this machine (local), estimate per token, or auto (local
+    # when --base-url is this machine).
+    meter: str = "auto"
 
     def engine_spec(self) -> EngineSpec:
         # Every request starts from a cold cache so that each sample pays for its own prefill.
@@ -92,6 +95,7 @@ class MeasureSpec:
             # The torch engine holds KV cache and start-up graphs for this many, not 64.
             max_batch=self.concurrency,
             reuse_prompt_cache=False,
+            meter=self.meter,
         )
 
     def validate(self) -> None:
@@ -520,6 +524,7 @@ def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
     # Stored as JSON (so Any here); they were validated when the run started.
     stored: dict[str, Any] = {n: value for n, value in run.options.items() if n in names}
     stored.setdefault("gpus", "all")  # runs from before --gpus metered every visible GPU
+    stored.setdefault("meter", "estimate")  # runs from before --meter: every server estimated
     # A cloud run has no model file: its model is the name the server knows it by.
     local = stored.get("engine", "llamacpp") in LOCAL_ENGINE_KINDS
     model = run.model_path if local else run.model_name

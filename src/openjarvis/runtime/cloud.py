@@ -1,16 +1,24 @@
 """Cloud engines over httpx: OpenAI-compatible servers (OpenAI, vLLM, llama-server, Ollama's /v1,
 LM Studio, `jarvis serve`) and Anthropic's messages API, streamed, with cost and energy estimate.
+
+A server on this machine is metered here (no estimate): see `CloudEngine.metered_here`.
 """
 
+import ipaddress
 import os
+import socket
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import urlsplit
+
+import psutil
 
 from openjarvis.errors import UserError
 from openjarvis.runtime.cloud_http import CloudHttp, ServerEvent
 from openjarvis.runtime.cloud_tables import cost_usd, estimate_energy
+from openjarvis.runtime.token_count import GgufTokenCounter, tokenizer_file
 from openjarvis.runtime.types import (
     ChatRequest,
     Completion,
@@ -20,9 +28,13 @@ from openjarvis.runtime.types import (
     final_completion,
 )
 
-__all__ = ["CloudEngine", "CloudSettings", "Provider"]
+__all__ = ["CloudEngine", "CloudSettings", "MeterChoice", "Provider", "on_this_machine"]
 
 Provider = Literal["openai", "anthropic"]
+# How a served model's energy is obtained: "local" meters this machine's sources (the server runs
+# here), "estimate" uses the per-token table, "auto" picks local when the URL is this machine.
+MeterChoice = Literal["auto", "local", "estimate"]
+METER_CHOICES: tuple[MeterChoice, ...] = ("auto", "local", "estimate")
 _DEFAULTS: dict[Provider, tuple[str, str]] = {  # base URL, environment variable of the key
     "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
     "anthropic": ("https://api.anthropic.com/v1", "ANTHROPIC_API_KEY"),
@@ -40,6 +52,22 @@ class CloudSettings:
     api_key_env: str | None = None  # None: OPENAI_API_KEY or ANTHROPIC_API_KEY
     timeout_s: float = 120.0
     max_retries: int = 4
+    meter: MeterChoice = "auto"
+
+
+def on_this_machine(url: str) -> bool:
+    """Whether `url`'s host is this machine: loopback, its host name, or one of its addresses."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host in ("localhost", socket.gethostname().lower()):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name other than ours: not resolved, so as not to wait on DNS
+    if address.is_loopback or address.is_unspecified:
+        return True
+    own = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return str(address) in own
 
 
 @dataclass(slots=True)
@@ -79,6 +107,46 @@ class CloudEngine:
             timeout_s=settings.timeout_s,
             max_retries=settings.max_retries,
         )
+        self.metered_here = self._metered_here(settings)
+        self.server: dict[str, object] | None = None  # which server answered (metered here)
+        self._counter: GgufTokenCounter | None = None
+        if self.metered_here:
+            self.server = self._identify_server()
+            names = [settings.model, *_model_ids(self.server)]
+            path = tokenizer_file(names)
+            self._counter = GgufTokenCounter(path) if path is not None else None
+
+    @property
+    def counted_completions(self) -> int:
+        """Replies whose tokens we counted with the GGUF because the server sent no usage."""
+        return self._counter.counted if self._counter is not None else 0
+
+    def _metered_here(self, settings: CloudSettings) -> bool:
+        if settings.meter not in METER_CHOICES:
+            raise UserError(f"--meter takes {', '.join(METER_CHOICES)} (got {settings.meter!r})")
+        if settings.meter == "estimate":
+            return False
+        if settings.provider != "openai":  # Anthropic's API is never served on this machine
+            if settings.meter == "local":
+                raise UserError(
+                    "--meter local is for OpenAI-compatible servers on this machine: use "
+                    "--engine openai, or --meter estimate"
+                )
+            return False
+        if settings.meter == "local":
+            return True
+        return settings.base_url is not None and on_this_machine(settings.base_url)
+
+    def _identify_server(self) -> dict[str, object]:
+        """What /models and the `server` header say, stored with the run; never fatal (servers
+        without /models still serve)."""
+        try:
+            listing = self._http.get_json("/models")
+        except UserError as error:
+            return {"models": None, "reason": str(error), "header": self._http.server_header}
+        data = listing.get("data") if isinstance(listing, dict) else None
+        models = [str(m["id"]) for m in data or [] if isinstance(m, dict) and "id" in m]
+        return {"models": models, "header": self._http.server_header}
 
     # Requests are independent HTTP calls; 8 in flight stays inside common API rate limits.
     concurrency = 8
@@ -96,12 +164,20 @@ class CloudEngine:
         return ()  # it computes elsewhere: no GPU here is in its energy scope
 
     def settings_dict(self) -> dict[str, object]:
-        return {
+        settings: dict[str, object] = {
             "base_url": self._http.base_url,
             "api_key_env": self._key_env,  # the variable's name, never its value
             "timeout_s": self.settings.timeout_s,
             "max_retries": self.settings.max_retries,
+            "meter": "local" if self.metered_here else "estimate",
         }
+        if self.metered_here:
+            settings["server"] = self.server
+            counter = self._counter
+            settings["token_counts"] = "usage" + (
+                f", else counted with {counter.path}" if counter else ", else unknown"
+            )
+        return settings
 
     def generate(self, request: Request) -> Completion:
         return final_completion(self.stream(request))
@@ -121,21 +197,20 @@ class CloudEngine:
                     arrivals_s.append(now_s)
                     text.append(piece)
                     yield StreamChunk(piece, now_s)
-        completion = self._completion("".join(text), outcome, arrivals_s, start_s)
+        completion = self._completion(request, "".join(text), outcome, arrivals_s, start_s)
         yield StreamChunk("", time.monotonic(), completion)
 
     def _completion(
-        self, text: str, outcome: _Outcome, arrivals_s: list[float], start_s: float
+        self,
+        request: Request,
+        text: str,
+        outcome: _Outcome,
+        arrivals_s: list[float],
+        start_s: float,
     ) -> Completion:
-        if outcome.prompt_tokens is None or outcome.completion_tokens is None:
-            raise UserError(
-                f"{self._http.base_url} sent no token usage (or only part of it) with its "
-                "stream; energy and cost need both counts: use a server that honours "
-                "stream_options.include_usage"
-            )
         end_s = time.monotonic()
+        prompt, generated = self._token_counts(request, text, outcome)
         model = self.settings.model
-        prompt, generated = outcome.prompt_tokens, outcome.completion_tokens
         return Completion(
             text=text,
             prompt_tokens=prompt,
@@ -146,8 +221,29 @@ class CloudEngine:
             # Servers batch several tokens into one event, so the decode time spans the events
             # while the rate divides by the tokens the server counted.
             decode_s=arrivals_s[-1] - arrivals_s[0] if arrivals_s else None,
-            cost_usd=cost_usd(model, prompt, generated),
-            energy_estimate=estimate_energy(model, prompt, generated),
+            # A server on this machine is metered by its windows and charges nothing.
+            cost_usd=None if self.metered_here else cost_usd(model, prompt, generated),
+            energy_estimate=(
+                None if self.metered_here else estimate_energy(model, prompt, generated)
+            ),
+        )
+
+    def _token_counts(self, request: Request, text: str, outcome: _Outcome) -> tuple[int, int]:
+        """The server's usage; else, for a server metered here, our count with its GGUF."""
+        if outcome.prompt_tokens is not None and outcome.completion_tokens is not None:
+            return outcome.prompt_tokens, outcome.completion_tokens
+        if self._counter is not None:
+            return self._counter.count(request, text)
+        if self.metered_here:
+            # Completion's counts are ints, so an unknown count cannot be stored as null yet.
+            raise UserError(
+                f"{self._http.base_url} sent no token usage and no GGUF for its model was found "
+                "to count them; pass --model PATH.gguf (the file the server loaded)"
+            )
+        raise UserError(
+            f"{self._http.base_url} sent no token usage (or only part of it) with its "
+            "stream; energy and cost need both counts: use a server that honours "
+            "stream_options.include_usage"
         )
 
     def _body(self, request: Request) -> tuple[str, dict[str, object]]:
@@ -181,6 +277,8 @@ class CloudEngine:
 
     def close(self) -> None:
         self._http.close()
+        if self._counter is not None:
+            self._counter.close()
 
 
 def _openai_event(event: ServerEvent, outcome: _Outcome) -> str:
@@ -235,3 +333,8 @@ def _anthropic_messages(request: Request) -> dict[str, object]:
     system = "\n\n".join(m.content for m in request.messages if m.role == "system")
     turns = [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"]
     return {"messages": turns, **({"system": system} if system else {})}
+
+
+def _model_ids(server: dict[str, object] | None) -> list[str]:
+    models = server.get("models") if server else None
+    return [str(model) for model in models] if isinstance(models, list) else []

@@ -49,6 +49,22 @@ class CloudHttp:
         # The read timeout bounds the wait between two bytes, not a whole long generation.
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
         self._client = httpx.Client(headers=headers, timeout=timeout)
+        self.server_header: str | None = None  # the `server` header of the last reply, if any
+
+    def get_json(self, path: str) -> Any:
+        """GET `path` once (no retries: a probe) and return its JSON; UserError on any failure."""
+        url = f"{self.base_url}{path}"
+        try:
+            response = self._client.get(url)
+        except httpx.HTTPError as error:
+            raise UserError(f"GET {url} failed: {self._clean(str(error)) or 'refused'}") from None
+        self.server_header = response.headers.get("server", self.server_header)
+        if response.status_code >= 400:
+            raise UserError(f"GET {url} answered {response.status_code}")
+        try:
+            return response.json()
+        except ValueError:
+            raise UserError(f"GET {url} sent a body that is not JSON") from None
 
     def close(self) -> None:
         self._client.close()
@@ -64,6 +80,7 @@ class CloudHttp:
         for attempt in range(self._max_retries + 1):
             try:
                 with self._client.stream("POST", url, json=body) as response:
+                    self.server_header = response.headers.get("server", self.server_header)
                     if response.status_code in _RETRIED_STATUS and attempt < self._max_retries:
                         delay_s = _retry_after_s(response) or _backoff_s(attempt)
                         response.close()
