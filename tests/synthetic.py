@@ -134,12 +134,15 @@ def add_run(
         ],
     )
     if state != "running":
-        summary = compute_figures([task_figures(r) for r in records]).to_dict()
+        idle_error_w = 0.4 if windows and state == "complete" else None
+        summary = compute_figures(
+            [task_figures(r) for r in records], idle_error_w=idle_error_w
+        ).to_dict()
         if windows and state == "complete":
             store.set_idle_power(run_id, {"gpu:0": 31.5, "rapl:package-0": 20.0}, after=True)
             net_j = sum(r.net_energy_j for r in records if r.net_energy_j is not None)
             summary |= {
-                "idle_error_w": 0.4,
+                "idle_error_w": idle_error_w,
                 "windows": window_flags(records),
                 "conservation": {
                     "windows_net_j": net_j,

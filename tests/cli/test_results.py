@@ -214,3 +214,20 @@ def test_db_merge_errors(db: str, tmp_path: Path) -> None:
     open_store(db).close()
     _, _, error = ipw("db", "merge", db, "--db", db)
     assert isinstance(error, UserError) and "being merged into" in str(error)
+
+
+def test_show_and_compare_give_one_run_the_same_intervals(store: Store, db: str) -> None:
+    """One interval module: the same run's net J per task and accuracy read the same in `ipw
+    show` and `ipw compare` (compare once left out the idle baseline's error)."""
+    first = add_run(store, H200, "gemma", tasks=12, windows=True)
+    second = add_run(store, H200, "qwen", tasks=12, windows=True, seed=3)
+    code, shown, error = ipw("show", first, "--db", db, "--json")
+    assert code == 0, error
+    code, compared, error = ipw("compare", first, second, "--db", db, "--json")
+    assert code == 0, error
+    shown_figures = json.loads(shown)["figures"]
+    compared_figures = json.loads(compared)["runs"][0]["figures"]
+    for name in ("accuracy", "mean_net_energy_j", "accuracy_per_joule_net", "mean_power_w"):
+        assert shown_figures[name] == compared_figures[name], name
+    stored = store.get_run(first).summary or {}
+    assert shown_figures["mean_net_energy_j"] == stored["mean_net_energy_j"]

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from openjarvis.evals.metrics import TaskFigures, compute_figures
+from openjarvis.evals.intervals import small_n_caution, wilson
+from openjarvis.evals.metrics import TaskFigures, UnionEnergy, compute_figures
 
 
 def _task(
@@ -32,7 +33,7 @@ def test_accuracy_per_joule_is_accuracy_over_mean_energy_per_task() -> None:
     assert figures.accuracy_per_joule_net.value == pytest.approx(0.5 / 12.5)
     assert figures.joules_per_solved_task.value == pytest.approx(50.0)
     assert figures.joules_per_output_token.value == pytest.approx(100.0 / 40)
-    # Mean power is the mean of per-task powers E_i / tau_i (tau = 2 s each).
+    # Mean power is the machine's: the tasks' energy over their time, one after another.
     assert figures.mean_power_w.value == pytest.approx(12.5)
     assert figures.accuracy_per_watt.value == pytest.approx(0.5 / 12.5)
 
@@ -122,3 +123,53 @@ def test_the_idle_baselines_error_widens_mean_net_and_can_unresolve_the_ratios()
     # 2 W: the widened interval reaches 0, so no net ratio is published.
     large = compute_figures(tasks, idle_error_w=2.0)
     assert large.accuracy_per_joule_net.null_reason == "net-unresolved"
+
+
+def test_0_of_3_has_a_wilson_interval_with_a_positive_upper_end_not_0_0() -> None:
+    figures = compute_figures([_task(0, 10.0), _task(0, 12.0), _task(0, 11.0)])
+    assert figures.accuracy.value == 0.0 and figures.accuracy.low == 0.0
+    assert figures.accuracy.high == pytest.approx(0.5615, abs=1e-4)
+    every = compute_figures([_task(1, 10.0), _task(1, 12.0), _task(1, 11.0)])
+    assert every.accuracy.high == 1.0 and every.accuracy.low == pytest.approx(0.4385, abs=1e-4)
+    # A ratio with accuracy on top has no interval to give when nothing passed: it says why.
+    assert (figures.accuracy_per_joule.value, figures.accuracy_per_joule.low) == (0.0, None)
+    assert figures.accuracy_per_joule.null_reason == "none-passed"
+    assert (figures.passed, figures.trials) == (0, 3)
+
+
+def test_pass_at_k_carries_a_wilson_interval_over_tasks() -> None:
+    figures = compute_figures([_task(1, 10.0, samples=3), _task(0, 10.0, samples=3)])
+    low, high = wilson(2 / 3 / 2 * 2, 2) or (None, None)
+    assert (figures.pass_at_k[2].low, figures.pass_at_k[2].high) == (low, high)
+    # pass@1 is the accuracy, over the six samples.
+    assert figures.pass_at_k[1] == figures.accuracy
+    assert (figures.accuracy.low, figures.accuracy.high) == wilson(1, 6)
+
+
+def _overlapping(energy_j: float, latency_s: float) -> TaskFigures:
+    return TaskFigures(1, 1, latency_s, energy_j, energy_j / 2, 10, overlapped=True)
+
+
+def test_mean_power_is_the_machines_over_the_union_not_a_tasks_share() -> None:
+    """Four tasks that ran at once, each charged a quarter of 40 J over the same 2 s: the
+    machine drew 20 W, though each share over its own time is 5 W."""
+    tasks = [_overlapping(10.0, 2.0) for _ in range(4)]
+    union = UnionEnergy(energy_j=40.0, net_energy_j=20.0, seconds=2.0)
+    figures = compute_figures(tasks, union=union)
+    assert figures.mean_power_w.value == pytest.approx(20.0)
+    assert figures.accuracy_per_watt.value == pytest.approx(1 / 20.0)
+    assert figures.accuracy_per_watt_net.value == pytest.approx(1 / 10.0)
+    # Its interval is the accuracy's, over the one measured power.
+    assert figures.accuracy.high == 1.0
+    assert figures.accuracy_per_watt.high == pytest.approx(1 / 20.0)
+    # Without the union, overlapping tasks give no power at all, never a share's.
+    alone = compute_figures(tasks)
+    assert (alone.mean_power_w.value, alone.mean_power_w.null_reason) == (None, "union-unknown")
+    assert alone.accuracy_per_watt.null_reason == "union-unknown"
+
+
+def test_the_small_n_caution_is_built_from_the_actual_counts() -> None:
+    assert small_n_caution(3, [(0, 3)]) == (
+        "small n, 3 tasks (0 of 3 passed: 0% to 56% at 95 %); read differences as tentative"
+    )
+    assert small_n_caution(30, [(0, 30)]) is None

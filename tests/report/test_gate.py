@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from openjarvis.evals.intervals import small_n_caution
+from openjarvis.evals.intervals import wilson as wilson_interval
 from openjarvis.evals.metrics import compute_figures, task_figures
 from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
 from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict
-from openjarvis.report.uncertainty import run_figure_text, small_n_warning, wilson_interval
+from openjarvis.report.uncertainty import run_figure_text
 from openjarvis.store import RunRecord, TaskResultRecord, open_store
 from tests.report.test_routing import make_task
 from tests.synthetic import add_run, make_host
@@ -117,7 +119,8 @@ def test_the_verdict_names_its_ratio_counts_and_limits() -> None:
     assert "the passes per kJ of small Q4_K_M · H200 · llamacpp on the 5 tasks both ran" in sentence
     assert "(5/5 against 2/5 passed)" in sentence
     assert within.limits[:3] == (
-        small_n_warning(5),
+        "small n, 5 tasks (5 of 5 passed: 57% to 100% at 95 %; 2 of 5 passed: 12% to 77% at "
+        "95 %); read differences as tentative",
         "engines differ (torch vs llamacpp)",
         "precision differs (bfloat16 vs Q4_K_M)",
     )
@@ -156,10 +159,11 @@ def test_wilson_intervals_and_the_estimate_band_by_hand() -> None:
     assert table.rows[0][-2:] == ("30 [30, 30] est. (band 15 to 45)", "0 (none passed)")
 
 
-def test_small_n_is_said_below_thirty_tasks() -> None:
-    assert small_n_warning(30) is None
-    assert small_n_warning(5) == (
-        "small n, 5 tasks (2 of 5 passing spans 12% to 77% at 95 %); read differences as tentative"
+def test_small_n_is_said_below_thirty_tasks_with_the_counts_that_passed() -> None:
+    """Not a made-up 'half of them passing': 0 of 3 says 0 of 3."""
+    assert small_n_caution(30, [(15, 30)]) is None
+    assert small_n_caution(3, [(0, 3)]) == (
+        "small n, 3 tasks (0 of 3 passed: 0% to 56% at 95 %); read differences as tentative"
     )
 
 

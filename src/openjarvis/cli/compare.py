@@ -20,8 +20,9 @@ from openjarvis.evals.metrics import (
     Comparison,
     RunFigures,
     compare_figures,
-    compute_figures,
+    run_figures,
     task_figures,
+    union_energy,
 )
 from openjarvis.report.gate import comparison_class, entry, verdict
 from openjarvis.report.routing import Route, Routing, routing, routing_json
@@ -87,8 +88,12 @@ def compare_command(
             "--allow-mixed-scope to show them side by side, labelled"
         )
     per_task = [{task.task_id: task_figures(task) for task in saved} for saved in tasks]
-    figures = [compute_figures(list(by_id.values())) for by_id in per_task]
-    comparisons = [compare_figures(per_task[0], other) for other in per_task[1:]]
+    figures = [run_figures(record, saved) for record, saved in zip(records, tasks, strict=True)]
+    unions = [union_energy((record.summary or {}).get("concurrency")) for record in records]
+    comparisons = [
+        compare_figures(per_task[0], other, (unions[0], union))
+        for other, union in zip(per_task[1:], unions[1:], strict=True)
+    ]
     entries = [entry(record, saved) for record, saved in zip(records, tasks, strict=True)]
     verdicts = [
         found_verdict

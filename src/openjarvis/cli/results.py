@@ -14,13 +14,7 @@ from rich.table import Table
 
 from openjarvis.cli.output import readable, stdout_console
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import (
-    Estimate,
-    RunFigures,
-    compute_figures,
-    phase_energy,
-    task_figures,
-)
+from openjarvis.evals.metrics import NONE_PASSED, Estimate, RunFigures, phase_energy, run_figures
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
@@ -138,7 +132,7 @@ def show_command(
     with open_reader(db) as store:
         record = store.get_run(run)
         tasks = store.task_results(record.id or run)
-    figures = run_figures(tasks, record)
+    figures = run_figures(record, tasks) if tasks else None
     state = shown_state(record)
     note = None if state == "complete" else f"run is {state}: figures are partial"
     console = stdout_console()
@@ -163,16 +157,6 @@ def show_command(
     if windows:
         console.print(f"[dim]windows: {windows}[/]")
     console.print(readable(_tasks_table(record, tasks)))
-
-
-def run_figures(tasks: list[TaskResultRecord], run: RunRecord) -> RunFigures | None:
-    """The run's figures from its saved tasks (the same computation `ipw measure` stored,
-    with the idle baseline's error it recorded)."""
-    if not tasks:
-        return None
-    idle_error_w = (run.summary or {}).get("idle_error_w")
-    error_w = float(idle_error_w) if isinstance(idle_error_w, int | float) else None
-    return compute_figures([task_figures(task) for task in tasks], idle_error_w=error_w)
 
 
 def _metadata_table(run: RunRecord) -> Table:
@@ -251,7 +235,10 @@ def _process_text(run: RunRecord) -> str:
 
 
 def interval_text(estimate: Estimate) -> str:
-    """An estimate as every `ipw` table shows it: `value [low, high]`, or `—`."""
+    """An estimate as every `ipw` table shows it: `value [low, high]`, `—` when unknown, and a
+    ratio over a run that passed nothing as `0 (none passed)` (no interval bounds it)."""
+    if estimate.null_reason == NONE_PASSED and estimate.value is not None:
+        return f"{format_value(estimate.value)} (none passed)"
     return format_interval(estimate.value, estimate.low, estimate.high)
 
 

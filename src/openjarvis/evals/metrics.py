@@ -1,35 +1,37 @@
 """The one place a run's figures are computed, for the CLI, the store and reports.
 
-Ratios come with 95 % percentile bootstrap intervals over tasks (2,000 resamples, fixed seed).
+Intervals come from evals/intervals.py: Wilson for pass rates, a seeded percentile bootstrap
+over tasks for means and ratios. Power is the machine's over the union of the run's windows.
 """
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from openjarvis.evals.intervals import Estimate, bootstrap, proportion
 from openjarvis.evals.scoring import pass_at_k
-from openjarvis.store.records import TaskResultRecord
+from openjarvis.records import RunRecord, TaskResultRecord
 
 __all__ = [
+    "ACCURACY_RATIOS",
     "COMPARED_FIGURES",
     "LARGE_TAIL_SHARE",
+    "NONE_PASSED",
     "Comparison",
     "Estimate",
     "RunFigures",
     "TaskFigures",
+    "UnionEnergy",
     "compare_figures",
     "compute_figures",
     "phase_energy",
+    "run_figures",
     "sum_or_none",
     "task_figures",
+    "union_energy",
     "window_flags",
 ]
-
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 20261130
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +46,40 @@ class TaskFigures:
     completion_tokens: int  # tok_out_i, summed over samples
     ttft_s: float | None = None
     decode_tokens_per_s: float | None = None
+    # Its windows overlapped others' (shared by work, or split by time): tau_i is then not
+    # the task's own time on the machine, and E_i / tau_i is no power of anything.
+    overlapped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class Estimate:
-    """A figure with its 95 % bootstrap interval; all None (with a reason) when undefined."""
+class UnionEnergy:
+    """The run's energy over the union of its windows (a joule counted once, tails included)
+    and the time inside at least one window: the machine's power while it worked is their
+    ratio, whatever ran at once. `ipw measure` stores it in the summary's `concurrency`."""
 
-    value: float | None
-    low: float | None = None
-    high: float | None = None
-    null_reason: str | None = None
+    energy_j: float | None
+    net_energy_j: float | None
+    seconds: float
+
+    def power_w(self, net: bool) -> float | None:
+        energy_j = self.net_energy_j if net else self.energy_j
+        return energy_j / self.seconds if energy_j is not None and self.seconds > 0 else None
+
+
+def union_energy(concurrency: object) -> UnionEnergy | None:
+    """The union a run stored (its summary's `concurrency` dict); None for runs stored before
+    the union's time was kept, or without energy."""
+    if not isinstance(concurrency, Mapping):
+        return None
+    seconds = concurrency.get("union_seconds")
+    gross, net = concurrency.get("union_energy_j"), concurrency.get("union_net_energy_j")
+    if not isinstance(seconds, int | float) or seconds <= 0:
+        return None
+    return UnionEnergy(
+        float(gross) if isinstance(gross, int | float) else None,
+        float(net) if isinstance(net, int | float) else None,
+        float(seconds),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,45 +103,31 @@ class RunFigures:
     latency_p95_s: float | None
     ttft_p50_s: float | None
     decode_tokens_per_s: float | None
+    passed: int = 0  # samples passed over all tasks
+    trials: int = 0  # samples over all tasks
     extra: dict[str, object] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-Statistic = Callable[[np.ndarray], np.ndarray]  # resampled index rows -> one value per row
+# Ratios with accuracy on top: a run that passed nothing has 0 in every resample, and an
+# interval of [0, 0] would claim a certainty that 0 passes lack, so they carry no interval
+# and say why (`none-passed`); the accuracy's Wilson interval says how sure the 0 is.
+ACCURACY_RATIOS = (
+    "accuracy_per_joule",
+    "accuracy_per_joule_net",
+    "accuracy_per_watt",
+    "accuracy_per_watt_net",
+)
+NONE_PASSED = "none-passed"
 
 
-def _estimate(statistic: Statistic, n_tasks: int, reason: str | None = None) -> Estimate:
-    """Point value on all tasks plus the percentile interval over bootstrap resamples."""
-    return _bootstrap(statistic, (n_tasks,), reason)
-
-
-def _mean_over_rows(values: np.ndarray) -> Statistic:
-    """The statistic that averages per-task `values` over each resample's tasks."""
-    return lambda rows: values[rows].mean(1)
-
-
-def _bootstrap(
-    statistic: Callable[..., np.ndarray], sizes: tuple[int, ...], reason: str | None = None
+def _estimate(
+    statistic: Callable[[np.ndarray], np.ndarray], n_tasks: int, reason: str | None = None
 ) -> Estimate:
-    """`_estimate` over one or more independent task sets; statistic takes one row set each."""
-    if reason is not None:
-        return Estimate(None, null_reason=reason)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        point = float(statistic(*(np.arange(n)[None, :] for n in sizes))[0])
-        rng = np.random.default_rng(BOOTSTRAP_SEED)
-        rows = [rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n)) for n in sizes]
-        values = statistic(*rows)
-    if not math.isfinite(point):
-        return Estimate(None, null_reason="undefined")
-    # Resamples where the ratio is undefined (no task solved) carry no information about it.
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return Estimate(point, null_reason="no-interval")
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(values, [tail, 100 - tail])
-    return Estimate(point, float(low), float(high))
+    """The statistic over one task set, with its bootstrap interval."""
+    return bootstrap(statistic, (n_tasks,), reason)
 
 
 def _with_baseline_error(
@@ -140,21 +152,78 @@ def _percentile(values: Sequence[float | None], q: float) -> float | None:
     return float(np.percentile(known, q)) if known else None
 
 
-def compute_figures(tasks: Sequence[TaskFigures], idle_error_w: float | None = None) -> RunFigures:
+def _accuracy(tasks: Sequence[TaskFigures]) -> Estimate:
+    """pass@1 with its Wilson interval: over every sample where tasks were sampled alike (the
+    mean of per-task rates is then the pooled rate), else over tasks."""
+    if len({t.samples for t in tasks}) == 1:
+        return proportion(sum(t.passed for t in tasks), sum(t.samples for t in tasks))
+    return proportion(sum(t.passed / t.samples for t in tasks), len(tasks))
+
+
+def _power(
+    tasks: Sequence[TaskFigures], union: UnionEnergy | None, net: bool
+) -> tuple[float | None, Estimate]:
+    """The machine's mean power while it worked: the union's energy over its time where the run
+    stored it (no interval: one measurement, not a mean over tasks), else the tasks' energy
+    over their time where no two tasks overlapped (their windows are then the union), with its
+    bootstrap interval. Unknown where tasks overlapped and the union was not kept."""
+    if union is not None:
+        power_w = union.power_w(net)
+        if power_w is None:
+            return None, Estimate(None, null_reason="energy-unknown")
+        return power_w, Estimate(power_w)
+    if any(t.overlapped for t in tasks):
+        return None, Estimate(None, null_reason="union-unknown")
+    values = [t.net_energy_j if net else t.energy_j for t in tasks]
+    if None in values:
+        return None, Estimate(None, null_reason="energy-unknown")
+    energy = np.array(values, dtype=float)
+    tau = np.array([t.latency_s for t in tasks])
+    return None, _estimate(lambda r: energy[r].sum(1) / tau[r].sum(1), len(tasks))
+
+
+def _per_watt(
+    tasks: Sequence[TaskFigures], accuracy: Estimate, union: UnionEnergy | None, net: bool
+) -> Estimate:
+    """Accuracy over the machine's power: the Wilson interval of accuracy over a measured union
+    power, else the bootstrap of the ratio over tasks."""
+    power_w, power = _power(tasks, union, net)
+    if power.value is None:
+        return Estimate(None, null_reason=power.null_reason)
+    if power_w is not None:
+        if power_w <= 0 or accuracy.value is None:
+            return Estimate(None, null_reason="undefined")
+        low = None if accuracy.low is None else accuracy.low / power_w
+        high = None if accuracy.high is None else accuracy.high / power_w
+        return Estimate(accuracy.value / power_w, low, high)
+    energy = np.array([t.net_energy_j if net else t.energy_j for t in tasks], dtype=float)
+    tau = np.array([t.latency_s for t in tasks])
+    rates = np.array([t.passed / t.samples for t in tasks])
+    return _estimate(lambda r: rates[r].mean(1) / (energy[r].sum(1) / tau[r].sum(1)), len(tasks))
+
+
+def compute_figures(
+    tasks: Sequence[TaskFigures],
+    idle_error_w: float | None = None,
+    union: UnionEnergy | None = None,
+) -> RunFigures:
     """All run figures from per-task figures.
 
     `idle_error_w`: the uncertainty of the idle baseline summed over the scope (W). Every
     task's net energy shares that error (times its duration), which resampling tasks cannot
     see, so it widens the interval of mean net energy. Net ratios are null (`net-unresolved`)
     where mean net energy is not above 0 or its widened interval reaches 0.
+    `union`: the run's energy over the union of its windows, which mean power and accuracy per
+    watt rest on (the machine's power, not a task's share of it).
     """
     n_tasks = len(tasks)
     if n_tasks == 0:
         raise ValueError("no tasks to compute figures from")
     samples = min(t.samples for t in tasks)
-    accuracy = np.array([t.passed / t.samples for t in tasks])
-    tau = np.array([t.latency_s for t in tasks])
+    rates = np.array([t.passed / t.samples for t in tasks])
     tokens = np.array([t.completion_tokens for t in tasks], dtype=float)
+    accuracy = _accuracy(tasks)
+    none_passed = all(t.passed == 0 for t in tasks)
 
     def gross_or_net(net: bool) -> tuple[np.ndarray, str | None]:
         values = [t.net_energy_j if net else t.energy_j for t in tasks]
@@ -165,36 +234,47 @@ def compute_figures(tasks: Sequence[TaskFigures], idle_error_w: float | None = N
     energy, energy_reason = gross_or_net(net=False)
     net_energy, net_reason = gross_or_net(net=True)
 
-    def energy_figures(e: np.ndarray, reason: str | None) -> list[Estimate]:
-        power = e / tau  # P_i
+    def energy_figures(e: np.ndarray, reason: str | None, net: bool) -> list[Estimate]:
+        per_joule = _estimate(lambda r: rates[r].mean(1) / e[r].mean(1), n_tasks, reason)
+        per_watt = _per_watt(tasks, accuracy, union, net) if reason is None else per_joule
+        if none_passed:
+            per_joule, per_watt = (
+                Estimate(0.0, null_reason=NONE_PASSED) if f.value is not None else f
+                for f in (per_joule, per_watt)
+            )
         return [
             _estimate(lambda r: e[r].mean(1), n_tasks, reason),
-            _estimate(lambda r: accuracy[r].mean(1) / e[r].mean(1), n_tasks, reason),
-            _estimate(lambda r: accuracy[r].mean(1) / power[r].mean(1), n_tasks, reason),
-            _estimate(lambda r: e[r].mean(1) / accuracy[r].mean(1), n_tasks, reason),
+            per_joule,
+            per_watt,
+            _estimate(lambda r: e[r].mean(1) / rates[r].mean(1), n_tasks, reason),
             _estimate(lambda r: e[r].sum(1) / tokens[r].sum(1), n_tasks, reason),
         ]
 
-    mean_e, apj, apw, per_solved, per_token = energy_figures(energy, energy_reason)
+    mean_e, apj, apw, per_solved, per_token = energy_figures(energy, energy_reason, net=False)
     mean_net, apj_net, apw_net, per_solved_net, per_token_net = energy_figures(
-        net_energy, net_reason
+        net_energy, net_reason, net=True
     )
+    tau = np.array([t.latency_s for t in tasks])
     mean_net = _with_baseline_error(mean_net, idle_error_w, float(tau.mean()))
     if net_reason is None and not _net_resolved(mean_net):
         unresolved = Estimate(None, null_reason="net-unresolved")
         apj_net = apw_net = per_solved_net = per_token_net = unresolved
-    pass_k = {}
-    for k in range(1, samples + 1):
-        per_task = np.array([pass_at_k(t.samples, t.passed, k) for t in tasks])
-        pass_k[k] = _estimate(_mean_over_rows(per_task), n_tasks)
+    pass_k = {1: accuracy}
+    for k in range(2, samples + 1):
+        per_task = [pass_at_k(t.samples, t.passed, k) for t in tasks]
+        pass_k[k] = proportion(sum(per_task), n_tasks)
     return RunFigures(
         tasks=n_tasks,
         samples=samples,
-        accuracy=_estimate(lambda r: accuracy[r].mean(1), n_tasks),
+        accuracy=accuracy,
         pass_at_k=pass_k,
         mean_energy_j=mean_e,
         mean_net_energy_j=mean_net,
-        mean_power_w=_estimate(lambda r: (energy / tau)[r].mean(1), n_tasks, energy_reason),
+        mean_power_w=(
+            _power(tasks, union, net=False)[1]
+            if energy_reason is None
+            else Estimate(None, null_reason=energy_reason)
+        ),
         accuracy_per_joule=apj,
         accuracy_per_joule_net=apj_net,
         accuracy_per_watt=apw,
@@ -207,17 +287,28 @@ def compute_figures(tasks: Sequence[TaskFigures], idle_error_w: float | None = N
         latency_p95_s=_percentile(tau.tolist(), 95),
         ttft_p50_s=_percentile([t.ttft_s for t in tasks], 50),
         decode_tokens_per_s=_percentile([t.decode_tokens_per_s for t in tasks], 50),
+        passed=sum(t.passed for t in tasks),
+        trials=sum(t.samples for t in tasks),
     )
 
 
-# Figures `compare_figures` gives ratios of: name -> (energy it needs, statistic of one run).
-# "energy" / "net_energy" name the TaskFigures column; None needs no energy.
+def _power_rows(c: dict[str, np.ndarray], r: np.ndarray) -> np.ndarray:
+    """The machine's mean power in each resample: the union's, which resampling tasks does not
+    change, or the resampled tasks' energy over their time (no two of them overlapped)."""
+    if "union_power" in c:
+        return np.full(r.shape[0], float(c["union_power"]))
+    return c["energy"][r].sum(1) / c["tau"][r].sum(1)
+
+
+# Figures `compare_figures` gives ratios of: name -> (column it needs, statistic of one run).
+# "energy" / "net_energy" name the TaskFigures column, "power" a known machine power; None
+# needs nothing beyond accuracy.
 _ColumnStatistic = Callable[[dict[str, np.ndarray], np.ndarray], np.ndarray]
 COMPARED_FIGURES: dict[str, tuple[str | None, _ColumnStatistic]] = {
     "accuracy": (None, lambda c, r: c["accuracy"][r].mean(1)),
     "mean_energy_j": ("energy", lambda c, r: c["energy"][r].mean(1)),
     "mean_net_energy_j": ("net_energy", lambda c, r: c["net_energy"][r].mean(1)),
-    "mean_power_w": ("energy", lambda c, r: (c["energy"] / c["tau"])[r].mean(1)),
+    "mean_power_w": ("power", _power_rows),
     "accuracy_per_joule": (
         "energy",
         lambda c, r: c["accuracy"][r].mean(1) / c["energy"][r].mean(1),
@@ -227,8 +318,8 @@ COMPARED_FIGURES: dict[str, tuple[str | None, _ColumnStatistic]] = {
         lambda c, r: c["accuracy"][r].mean(1) / c["net_energy"][r].mean(1),
     ),
     "accuracy_per_watt": (
-        "energy",
-        lambda c, r: c["accuracy"][r].mean(1) / (c["energy"] / c["tau"])[r].mean(1),
+        "power",
+        lambda c, r: c["accuracy"][r].mean(1) / _power_rows(c, r),
     ),
     "joules_per_output_token": (
         "energy",
@@ -247,8 +338,9 @@ class Comparison:
     ratios: dict[str, Estimate]
 
 
-def _columns(tasks: Sequence[TaskFigures]) -> dict[str, np.ndarray]:
-    """Per-task arrays; an energy column is absent when any task's energy is unknown."""
+def _columns(tasks: Sequence[TaskFigures], union: UnionEnergy | None) -> dict[str, np.ndarray]:
+    """Per-task arrays; an energy column is absent when any task's energy is unknown, and the
+    `power` marker when the machine's power is (tasks overlapped and no union was kept)."""
     columns = {
         "accuracy": np.array([t.passed / t.samples for t in tasks]),
         "tau": np.array([t.latency_s for t in tasks]),
@@ -260,32 +352,40 @@ def _columns(tasks: Sequence[TaskFigures]) -> dict[str, np.ndarray]:
     ):
         if all(v is not None for v in values):
             columns[name] = np.array(values, dtype=float)
+    union_power_w = union.power_w(net=False) if union is not None else None
+    if union_power_w is not None:
+        columns["union_power"] = columns["power"] = np.array(union_power_w)
+    elif union is None and "energy" in columns and not any(t.overlapped for t in tasks):
+        columns["power"] = np.array(1.0)
     return columns
 
 
 def compare_figures(
-    baseline: Mapping[str, TaskFigures], other: Mapping[str, TaskFigures]
+    baseline: Mapping[str, TaskFigures],
+    other: Mapping[str, TaskFigures],
+    unions: tuple[UnionEnergy | None, UnionEnergy | None] = (None, None),
 ) -> Comparison:
-    """Ratios of two runs' figures, keyed by task id: paired when both ran the same tasks."""
+    """Ratios of two runs' figures, keyed by task id: paired when both ran the same tasks.
+    `unions`: each run's energy over the union of its windows (see compute_figures)."""
     if not baseline or not other:
         raise ValueError("both runs need at least one task to compare")
     paired = baseline.keys() == other.keys()
     # Paired: both runs' arrays in the same task order, so one row set resamples both at once.
     order_a = sorted(baseline)
     order_b = order_a if paired else sorted(other)
-    columns_a = _columns([baseline[task_id] for task_id in order_a])
-    columns_b = _columns([other[task_id] for task_id in order_b])
+    columns_a = _columns([baseline[task_id] for task_id in order_a], unions[0])
+    columns_b = _columns([other[task_id] for task_id in order_b], unions[1])
     ratios: dict[str, Estimate] = {}
     for name, (needs, statistic) in COMPARED_FIGURES.items():
         reason = None
         if needs is not None and (needs not in columns_a or needs not in columns_b):
-            reason = "energy-unknown"
+            reason = "union-unknown" if needs == "power" else "energy-unknown"
         if paired:
-            ratios[name] = _bootstrap(
+            ratios[name] = bootstrap(
                 lambda r, s=statistic: s(columns_b, r) / s(columns_a, r), (len(order_a),), reason
             )
         else:
-            ratios[name] = _bootstrap(
+            ratios[name] = bootstrap(
                 lambda ra, rb, s=statistic: s(columns_b, rb) / s(columns_a, ra),
                 (len(order_a), len(order_b)),
                 reason,
@@ -304,6 +404,21 @@ def task_figures(record: TaskResultRecord) -> TaskFigures:
         completion_tokens=record.completion_tokens,
         ttft_s=record.ttft_s,
         decode_tokens_per_s=record.decode_tokens_per_s,
+        overlapped=record.overlapped or record.shared,
+    )
+
+
+def run_figures(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> RunFigures:
+    """A stored run's figures over `tasks` as `ipw measure` computed them: with the idle
+    baseline's error and the union of the windows it recorded. `ipw show`, `ipw compare` and
+    the report all call this, so one run shows the same figures everywhere. Power is a rate:
+    the run's union gives the machine's power for any subset of its tasks too."""
+    summary = run.summary or {}
+    idle_error_w = summary.get("idle_error_w")
+    return compute_figures(
+        [task_figures(task) for task in tasks],
+        idle_error_w=float(idle_error_w) if isinstance(idle_error_w, int | float) else None,
+        union=union_energy(summary.get("concurrency")),
     )
 
 

@@ -120,6 +120,9 @@ def concurrency_figures(
         "union_tasks": len(saved),
         "union_energy_j": gross_j,
         "union_net_energy_j": net_j,
+        # The time inside at least one window: the union's energy over it is the machine's
+        # mean power while it worked (evals.metrics.UnionEnergy).
+        "union_seconds": total.windows_s if measured else None,
         "joules_per_task": None if gross_j is None else gross_j / len(saved),
         "net_joules_per_task": None if net_j is None else net_j / len(saved),
     }
@@ -198,11 +201,11 @@ def energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -
         notes.append(
             "energy is an estimate from CPU utilisation and a TDP model, not a measurement"
         )
+    if engine.kind not in LOCAL_ENGINE_KINDS and measured_here(engine):
+        notes.append(local_server_note(engine))
     unknown = Counter(r.energy_null_reason or "unknown" for r in results if r.energy_j is None)
     if unknown and meter.method is not None:
         reasons = ", ".join(f"{count} {reason}" for reason, count in unknown.most_common())
-    if engine.kind not in LOCAL_ENGINE_KINDS and measured_here(engine):
-        notes.append(local_server_note(engine))
         notes.append(
             f"energy unknown for {sum(unknown.values())} of {len(results)} tasks ({reasons}), "
             "so the run's energy figures are null"
@@ -210,9 +213,6 @@ def energy_note(meter: Meter, engine: Engine, results: list[TaskResultRecord]) -
     return "; ".join(notes) or None
 
 
-@contextmanager
-def metering(
-    engine: Engine, scope: Scope, gpus: str, allow_shared: bool, holder: str
 def local_server_note(engine: Engine) -> str:
     """What a run of a server on this machine measured, and how its tokens were counted."""
     settings = engine.settings_dict()
@@ -231,6 +231,9 @@ def local_server_note(engine: Engine) -> str:
     return note
 
 
+@contextmanager
+def metering(
+    engine: Engine, scope: Scope, gpus: str, allow_shared: bool, holder: str
 ) -> Iterator[tuple[Meter, dict[str, str]]]:
     """A started meter over the engine's sources in `scope`, with its claim on them; yields the
     meter and the sources another measurement holds (see `claimed`)."""

@@ -6,6 +6,7 @@ comparable sections, the configurations, where the joules go, and coverage and r
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from openjarvis.evals.intervals import small_n_caution
 from openjarvis.report.configuration import (
     CONFIGURATION_HEADINGS,
     configuration_cells,
@@ -15,7 +16,7 @@ from openjarvis.report.gate import Entry, Headline, Section, section_frontier
 from openjarvis.report.joules import Breakdown, breakdown_sentence
 from openjarvis.report.routing import Route, Routing
 from openjarvis.report.runs import energy_label, format_interval, format_value, short_label
-from openjarvis.report.uncertainty import estimate_band, small_n_warning
+from openjarvis.report.uncertainty import estimate_band
 from openjarvis.store import RunRecord
 
 __all__ = [
@@ -180,7 +181,9 @@ def gate_blocks(sections: Sequence[Section]) -> list[Block]:
         else:
             paragraphs.append("One run beats the others on both axes: no frontier is drawn.")
         warnings = [f"{short_label(run)} left out: {why}." for run, why in section.left_out]
-        warning = small_n_warning(len(section.task_ids))
+        warning = small_n_caution(
+            len(section.task_ids), [(entry.passed, entry.trials) for entry in section.entries]
+        )
         if warning and section.entries:
             warnings.insert(0, warning[0].upper() + warning[1:] + ".")
         table = TextTable(ENTRY_HEADINGS, tuple(_entry_row(e) for e in section.entries))

@@ -9,11 +9,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from openjarvis.evals.intervals import small_n_caution, wilson
 from openjarvis.evals.metrics import (
     Estimate,
     compare_figures,
-    compute_figures,
+    run_figures,
     task_figures,
+    union_energy,
 )
 from openjarvis.report.configuration import precision_label, scope_definition
 from openjarvis.report.runs import (
@@ -23,12 +25,7 @@ from openjarvis.report.runs import (
     scope_label,
     short_label,
 )
-from openjarvis.report.uncertainty import (
-    banded_energy_j,
-    estimate_band,
-    small_n_warning,
-    wilson_interval,
-)
+from openjarvis.report.uncertainty import banded_energy_j, estimate_band
 from openjarvis.store import RunRecord, TaskResultRecord
 
 __all__ = [
@@ -82,7 +79,7 @@ def shared_figures(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> SharedF
     if (run.summary or {}).get("tasks") == len(tasks) and all(stored):
         accuracy, energy, apj = (estimate for estimate in stored if estimate is not None)
         return SharedFigures(len(tasks), accuracy, energy, apj)
-    computed = compute_figures([task_figures(t) for t in tasks])
+    computed = run_figures(run, tasks)
     return SharedFigures(
         len(tasks), computed.accuracy, computed.mean_energy_j, computed.accuracy_per_joule
     )
@@ -112,7 +109,7 @@ class Entry:
 
     def accuracy_interval(self) -> tuple[float, float] | None:
         """95 % Wilson interval over the samples of the shared tasks."""
-        return wilson_interval(self.passed, self.trials)
+        return wilson(self.passed, self.trials)
 
     def estimated_energy_j(self) -> float | None:
         """Mean estimated joules per shared task: the readings of an `estimate` method among the
@@ -402,7 +399,11 @@ def _ordered(first: Entry, second: Entry, ids: set[str]) -> tuple[Entry, Entry, 
     where both passed something, else energy per task."""
     first_tasks = {t.task_id: task_figures(t) for t in first.all_tasks if t.task_id in ids}
     second_tasks = {t.task_id: task_figures(t) for t in second.all_tasks if t.task_id in ids}
-    ratios = compare_figures(first_tasks, second_tasks).ratios  # second / first
+    unions = (
+        union_energy((first.run.summary or {}).get("concurrency")),
+        union_energy((second.run.summary or {}).get("concurrency")),
+    )
+    ratios = compare_figures(first_tasks, second_tasks, unions).ratios  # second / first
     passed = [sum(f.passed for f in tasks.values()) for tasks in (first_tasks, second_tasks)]
     if passed[0] and passed[1]:
         apj = ratios["accuracy_per_joule"]
@@ -425,8 +426,11 @@ def verdict(first: Entry, second: Entry, like_for_like: bool) -> Verdict | None:
     if not ids:
         return None
     best, other, figure, ratio = _ordered(first, second, ids)
+    chosen = [[t for t in entry.all_tasks if t.task_id in ids] for entry in (best, other)]
+    passed = (sum(t.passed for t in chosen[0]), sum(t.passed for t in chosen[1]))
+    samples = (sum(t.samples for t in chosen[0]), sum(t.samples for t in chosen[1]))
     limits = []
-    warning = small_n_warning(len(ids))
+    warning = small_n_caution(len(ids), list(zip(passed, samples, strict=True)))
     if warning:
         limits.append(warning)
     limits += _differences(best.run, other.run)
@@ -434,9 +438,6 @@ def verdict(first: Entry, second: Entry, like_for_like: bool) -> Verdict | None:
     band = _band_limit(best.run, other.run, ratio)
     if band is not None:
         limits.append(band)
-    chosen = [[t for t in entry.all_tasks if t.task_id in ids] for entry in (best, other)]
-    passed = (sum(t.passed for t in chosen[0]), sum(t.passed for t in chosen[1]))
-    samples = (sum(t.samples for t in chosen[0]), sum(t.samples for t in chosen[1]))
     return Verdict(
         best, other, len(ids), figure, ratio, like_for_like, tuple(limits), passed, samples
     )

@@ -1,45 +1,21 @@
-"""How sure a report's figures are: Wilson intervals for accuracy, the stated error band of
-estimated energy, and the small-n warning (docs/report.md, "Uncertainty").
+"""How sure a report's figures are: the stated error band of estimated energy, and the runs
+table's text of a stored figure (docs/report.md, "Uncertainty"). Intervals themselves come from
+evals/intervals.py, as in every command.
 """
 
-import math
 from dataclasses import dataclass
 
+from openjarvis.evals.intervals import wilson
+from openjarvis.evals.metrics import ACCURACY_RATIOS
 from openjarvis.report.runs import figure, format_interval, is_cloud, mark_estimate, scaled
 from openjarvis.store import RunRecord
 
 __all__ = [
-    "SMALL_N_TASKS",
     "EstimateBand",
     "banded_energy_j",
     "estimate_band",
     "run_figure_text",
-    "small_n_warning",
-    "wilson_interval",
 ]
-
-Z_95 = 1.959964  # two-sided 95 % normal quantile
-# Below this many tasks an accuracy interval is wider than about ±17 points at 50 %: the report
-# says so beside every figure that rests on so few.
-SMALL_N_TASKS = 30
-
-
-def wilson_interval(passed: int, trials: int) -> tuple[float, float] | None:
-    """The 95 % Wilson score interval of a pass rate; None without trials.
-
-    Unlike the bootstrap over tasks it stays honest at the edges: 0 of 5 is [0, 0.43], not [0, 0].
-    """
-    if trials <= 0:
-        return None
-    if not 0 <= passed <= trials:
-        raise ValueError(f"{passed} passed of {trials} trials")
-    rate = passed / trials
-    z2 = Z_95 * Z_95
-    denominator = 1 + z2 / trials
-    centre = (rate + z2 / (2 * trials)) / denominator
-    half = Z_95 * math.sqrt(rate * (1 - rate) / trials + z2 / (4 * trials * trials)) / denominator
-    # The interval holds the rate; rounding can leave 1 of 1 a hair outside its upper end.
-    return min(rate, max(0.0, centre - half)), max(rate, min(1.0, centre + half))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,19 +53,6 @@ def estimate_band(run: RunRecord) -> EstimateBand | None:
     return CLOUD_ESTIMATE_BAND if is_cloud(run) else CPU_ESTIMATE_BAND
 
 
-def small_n_warning(tasks: int) -> str | None:
-    """One sentence when `tasks` is too few for the figures to be read as settled."""
-    if tasks >= SMALL_N_TASKS:
-        return None
-    interval = wilson_interval(tasks // 2, tasks) if tasks else None
-    width = (
-        f" ({tasks // 2} of {tasks} passing spans {interval[0]:.0%} to {interval[1]:.0%} at 95 %)"
-        if interval
-        else ""
-    )
-    return f"small n, {tasks} task{'s' if tasks != 1 else ''}{width}; read differences as tentative"
-
-
 def banded_energy_j(
     energy_j: float | None, estimated_j: float | None, band: EstimateBand | None
 ) -> tuple[float, float] | None:
@@ -103,16 +66,6 @@ def banded_energy_j(
     )
 
 
-# Ratios with accuracy on top: a run that passed nothing has 0 in every resample, and an
-# interval of [0, 0] would claim a certainty that 0 passes lack.
-ACCURACY_RATIOS = (
-    "accuracy_per_joule",
-    "accuracy_per_joule_net",
-    "accuracy_per_watt",
-    "accuracy_per_watt_net",
-)
-
-
 def _stored_accuracy_text(run: RunRecord) -> str | None:
     """`passed/trials = rate [Wilson]` from the stored summary; None where the counts cannot be
     told (no summary, or tasks sampled unequally, so the rate is no count over trials)."""
@@ -123,7 +76,7 @@ def _stored_accuracy_text(run: RunRecord) -> str | None:
         return None
     trials = tasks * samples
     passed = round(accuracy * trials)
-    interval = wilson_interval(passed, trials)
+    interval = wilson(passed, trials)
     if interval is None or abs(passed / trials - accuracy) > 1e-9:
         return None
     return f"{passed}/{trials} = {accuracy:.0%} [{interval[0]:.0%}, {interval[1]:.0%}]"
