@@ -45,8 +45,11 @@ def requests_command(
         typer.echo(json.dumps({"totals": totals, "requests": rows}, indent=2))
         return
     table = Table(title=f"jarvis serve requests ({len(logs)})")
-    for column in ("started", "endpoint", "model", "tokens out", "J", "method", "J/token"):
-        table.add_column(column, justify="right" if column[0] in "tJ" else "left")
+    columns = ("started", "endpoint", "model", "tokens out", "J", "method", "J/token")
+    # Prompt tokens the engine took from its cache, and the prefill joules that saved (≈).
+    columns += ("cached", "J saved")
+    for column in columns:
+        table.add_column(column, justify="right" if column[0] in "tJc" else "left")
     for r in logs[-last:]:
         per_token = r.energy_j / r.completion_tokens if r.energy_j and r.completion_tokens else None
         table.add_row(
@@ -58,6 +61,8 @@ def requests_command(
             "—" if r.energy_j is None else f"{r.energy_j:.3g}",
             r.energy_method or r.energy_null_reason or "—",
             "—" if per_token is None else f"{per_token:.3g}",
+            "—" if r.cached_tokens is None else f"{r.cached_tokens}/{r.prompt_tokens}",
+            "—" if r.prefill_saved_j is None else f"≈{r.prefill_saved_j:.3g}",
         )
     console = Console()
     console.print(table)

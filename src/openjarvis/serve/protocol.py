@@ -171,6 +171,9 @@ class EnergyField(TypedDict):
     mean_batch: float | None
     basis: NotRequired[str]  # a cloud estimate's constants
     low_resolution: NotRequired[bool]  # the meter's windows only
+    # The meter's windows only: energy up to the first token (None where the window was not
+    # split there).
+    prefill_energy_j: NotRequired[float | None]
     sources: list[dict[str, object]]
 
 
@@ -284,6 +287,7 @@ def energy_field(window: WindowEnergy, estimate: EnergyEstimate | None) -> Energ
         "shared": window.shared,
         "mean_batch": window.mean_batch,
         "low_resolution": window.low_resolution,
+        "prefill_energy_j": window.prefill_energy_j,
         "sources": sources,
     }
 

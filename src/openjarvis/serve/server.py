@@ -33,6 +33,7 @@ from starlette.types import Scope as AsgiScope
 from openjarvis.errors import UserError
 from openjarvis.power import Meter
 from openjarvis.power.claims import Claim
+from openjarvis.power.reuse import PrefillPrice
 from openjarvis.power.types import Scope
 from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine, StreamChunk
@@ -163,6 +164,7 @@ class EnergyServer:
         # batching engine's overlap, and the meter splits them by the work each did.
         self.admission = Admission(min(max_concurrency, engine.concurrency), max_queue)
         self._api_key = api_key
+        self.prefill_price = PrefillPrice()  # prices the prefill a cached prefix saved
         self._generations: set[Generation] = set()
         self._generations_lock = threading.Lock()
         try:
@@ -369,6 +371,8 @@ class EnergyServer:
         energy: EnergyField,
         started_at: datetime,
     ) -> None:
+        prefill_j = energy.get("prefill_energy_j")
+        self.prefill_price.observe(completion.prompt_tokens, completion.cached_tokens, prefill_j)
         if self.store is None:
             return
         record = RequestLogRecord(
@@ -391,6 +395,9 @@ class EnergyServer:
             shared=energy["shared"],
             mean_batch=energy["mean_batch"],
             cost_usd=completion.cost_usd,
+            cached_tokens=completion.cached_tokens,
+            prefill_energy_j=prefill_j,
+            prefill_saved_j=self.prefill_price.saved_j(completion.cached_tokens),
             started_at=started_at,
         )
         log_request(self.store, record)
