@@ -45,10 +45,10 @@ def requests_command(
         typer.echo(json.dumps({"totals": totals, "requests": rows}, indent=2))
         return
     table = Table(title=f"jarvis serve requests ({len(logs)})")
-    columns = ("started", "endpoint", "model", "tokens out", "J", "method", "J/token")
-    # Prompt tokens the engine took from its cache, and the prefill joules that saved (≈).
-    columns += ("cached", "J saved")
-    for column in columns:
+    # cached: prompt tokens the engine took from its cache; J saved: the prefill joules that
+    # saved (an estimate, ≈).
+    columns = ("started", "endpoint", "model", "tokens out", "J", "method", "J/token", "cached")
+    for column in (*columns, "J saved"):
         table.add_column(column, justify="right" if column[0] in "tJc" else "left")
     for r in logs[-last:]:
         per_token = r.energy_j / r.completion_tokens if r.energy_j and r.completion_tokens else None
