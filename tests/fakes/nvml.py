@@ -59,6 +59,7 @@ class FakeGpu:
     energy_error: int | None = None  # an NVML error code that reading the counter raises
     field_queries: list[int] = field(default_factory=list)
     energy_reads: int = 0  # successful or not
+    processes: list[int] = field(default_factory=list)  # pids with a compute context on it
 
 
 class FakeNvml(ModuleType):
@@ -130,6 +131,13 @@ class FakeNvml(ModuleType):
     def nvmlDeviceGetPowerUsage(self, handle: FakeGpu) -> int:
         gpu = self._device(handle)
         return gpu.power_mw if gpu.power_usage_mw is None else gpu.power_usage_mw
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpu) -> list[SimpleNamespace]:
+        return [SimpleNamespace(pid=pid) for pid in self._device(handle).processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeGpu) -> list[SimpleNamespace]:
+        self._device(handle)
+        return []
 
     def nvmlDeviceGetFieldValues(
         self, handle: FakeGpu, field_ids: list[int]

@@ -6,13 +6,13 @@ engine, and the notes that say what the figures are.
 
 import math
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 
 from openjarvis.errors import UserError
 from openjarvis.evals.metrics import sum_or_none
-from openjarvis.power import Meter
+from openjarvis.power import Meter, quiet
 from openjarvis.power.claims import Claim
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.types import (
@@ -26,8 +26,10 @@ from openjarvis.power.types import (
 from openjarvis.records import RunRecord, TaskResultRecord
 from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine
+from openjarvis.store import Store
 
 __all__ = [
+    "busy_note",
     "check_same_gpus",
     "claimed",
     "concurrency_figures",
@@ -41,8 +43,10 @@ __all__ = [
     "measured_here",
     "metered_gpus",
     "metering",
+    "record_machine",
     "refuse_empty_scope",
     "shared_note",
+    "watching_machine",
 ]
 
 
@@ -292,3 +296,38 @@ def shared_note(run: RunRecord, note: str | None) -> str | None:
         "joules, so this run's energy figures are too high by the other's share"
     )
     return line if note is None else f"{note}; {line}"
+
+
+def watching_machine(stretch: str, meter: Meter) -> AbstractContextManager[quiet.Watch]:
+    """Watch what else the machine does during a stretch of the run (`idle`, `tasks`): other
+    processes' CPU time, and other processes on the GPUs the meter reads (power/quiet.py)."""
+    return quiet.watching(stretch, [s for s in meter.sources if s.domain == "gpu"])
+
+
+def busy_note(check: quiet.MachineCheck, note: str | None) -> str | None:
+    """Say so when the run was measured on a busy machine, with the evidence."""
+    if not check.busy:
+        return note
+    line = (
+        "busy-machine: " + "; ".join(check.evidence) + ". Their draw is in this run's energy "
+        "figures and its idle baseline; measure again on a quiet machine before comparing"
+    )
+    return line if note is None else f"{note}; {line}"
+
+
+def record_machine(
+    store: Store,
+    run_id: str,
+    note: str | None,
+    watches: Sequence[quiet.Watch | None],
+    meter: Meter,
+) -> str | None:
+    """Store the machine check with the finished run's summary (`machine`) and return the
+    run's note with it said; a run that did not finish keeps no check."""
+    activities = [watch.activity for watch in watches if watch is not None]
+    check = quiet.check_machine(activities, meter.idle, meter.scoped_sources)
+    run = store.get_run(run_id)
+    if run.state != "complete" or run.summary is None:
+        return note
+    store.finish_run(run_id, "complete", {**run.summary, "machine": check.to_dict()})
+    return busy_note(check, note)

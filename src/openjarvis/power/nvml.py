@@ -101,6 +101,21 @@ class NvmlGpu(EnergySource):
         except nvml.NVMLError as error:
             raise _translate(nvml, error, f"reading {self.name}") from error
 
+    def process_ids(self) -> tuple[int, ...]:
+        """The processes that hold a context on this GPU (compute and graphics), by pid as NVML
+        sees them (in a container, possibly the host's pids)."""
+        nvml = self._nvml
+        if nvml is None:
+            raise ReadError("read-error", f"{self.name} was closed")
+        try:
+            running = [
+                *nvml.nvmlDeviceGetComputeRunningProcesses(self._handle),
+                *nvml.nvmlDeviceGetGraphicsRunningProcesses(self._handle),
+            ]
+        except nvml.NVMLError as error:
+            raise _translate(nvml, error, f"listing the processes on {self.name}") from error
+        return tuple(sorted({int(process.pid) for process in running}))
+
     def close(self) -> None:
         if self._nvml is not None:
             self._nvml.nvmlShutdown()
