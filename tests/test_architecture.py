@@ -21,6 +21,7 @@ SHARED_LEAVES = frozenset(
         "openjarvis.engine_kinds",
         "openjarvis.errors",
         "openjarvis.paths",
+        "openjarvis.records",
         "openjarvis.reference",
     }
 )
@@ -34,9 +35,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "kernels": frozenset(),
 }
 # Single modules of another room a room may import, each with its reason. The report recomputes
-# figures over the tasks runs share, and a run's figures are computed in one module only.
+# figures over the tasks runs share, and a run's figures and intervals are computed in one module
+# each, so that a run shows the same figure in every command and in the report.
 MAY_ALSO_IMPORT: dict[str, frozenset[str]] = {
-    "report": frozenset({"openjarvis.evals.metrics"}),
+    "report": frozenset({"openjarvis.evals.metrics", "openjarvis.evals.intervals"}),
 }
 
 

@@ -9,7 +9,7 @@ import psutil
 
 from openjarvis import hostinfo
 from openjarvis.power.estimate import cpu_model_name
-from openjarvis.store.records import HostRecord
+from openjarvis.records import HostRecord
 
 _Memory = namedtuple("_Memory", "total")
 _EPYC = "AMD EPYC 9654 96-Core Processor"

@@ -11,7 +11,7 @@ import socket
 import psutil
 
 from openjarvis.power.estimate import cpu_model_name
-from openjarvis.store.records import HostRecord
+from openjarvis.records import HostRecord
 
 __all__ = ["describe_host"]
 

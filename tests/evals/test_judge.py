@@ -29,9 +29,9 @@ from openjarvis.evals.suites import load_suite
 from openjarvis.evals.types import Task
 from openjarvis.power import Meter
 from openjarvis.power.sources import EnergySource
+from openjarvis.records import RunRecord
 from openjarvis.runtime.types import Completion, EnergyEstimate, Request, StreamChunk
 from openjarvis.store import open_store
-from openjarvis.store.records import RunRecord
 from tests.cli.test_measure_e2e import run_ipw
 
 OPEN_SUITE = """\

@@ -4,8 +4,8 @@ their template for question suites, code by completion for every model."""
 from openjarvis.evals.prompting import describe_prompting, run_prompting, task_request
 from openjarvis.evals.runner import _prompting_of
 from openjarvis.evals.suites import load_suite
+from openjarvis.records import RunRecord
 from openjarvis.runtime.types import ChatMessage, ChatRequest, GenerationRequest
-from openjarvis.store.records import RunRecord
 
 
 def test_a_base_model_is_prompted_by_completion_for_every_kind() -> None:

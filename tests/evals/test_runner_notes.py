@@ -4,7 +4,7 @@ many tasks' energy could not be measured (a run total with an unknown task is un
 from types import SimpleNamespace
 
 from openjarvis.evals.run_energy import energy_note
-from openjarvis.store.records import TaskResultRecord
+from openjarvis.records import TaskResultRecord
 
 
 def _task(task_id: str, energy_j: float | None, reason: str | None = None) -> TaskResultRecord:

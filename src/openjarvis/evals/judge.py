@@ -39,8 +39,8 @@ from openjarvis.runtime.types import (
 if TYPE_CHECKING:  # the store pulls in SQLAlchemy: `ipw suites` reads suite names through here
     from openjarvis.power import Meter, WindowHandle
     from openjarvis.power.types import WindowEnergy
+    from openjarvis.records import RunRecord
     from openjarvis.store import Store
-    from openjarvis.store.records import RunRecord
 
 __all__ = [
     "JUDGE_PROMPT",
@@ -254,7 +254,7 @@ class Judge:
         self._store.finish_run(self.run_id, state, summary)
 
     def _save(self, verdict: _Verdict, window: WindowEnergy | None) -> None:
-        from openjarvis.store.records import EnergyRecord, TaskResultRecord
+        from openjarvis.records import EnergyRecord, TaskResultRecord
 
         completion = verdict.completion
         estimate = completion.energy_estimate
@@ -330,7 +330,7 @@ def judging(
     if spec is None:
         yield tasks
         return
-    from openjarvis.store.records import RunRecord
+    from openjarvis.records import RunRecord
 
     if spec.engine in LOCAL_ENGINE_KINDS and run.concurrency > 1:
         # Its windows would overlap the judged model's, which then share their joules by work.

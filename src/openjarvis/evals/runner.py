@@ -35,6 +35,7 @@ from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter, WindowHandle
 from openjarvis.power.edges import mean_batch
 from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
+from openjarvis.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 from openjarvis.runtime.engines import (
     LOCAL_ENGINE_KINDS,
     EngineSpec,
@@ -45,7 +46,6 @@ from openjarvis.runtime.model_kind import read_model_kind
 from openjarvis.runtime.parameters import model_parameters
 from openjarvis.runtime.types import Completion, Engine
 from openjarvis.store import Store, open_store
-from openjarvis.store.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 
 __all__ = ["MeasureResult", "MeasureSpec", "resume_measure", "run_measure"]
 

@@ -3,6 +3,13 @@
 Open it with `open_store()`; plain records from `records` go in and come back out.
 """
 
+from openjarvis.records import (
+    EnergyRecord,
+    HostRecord,
+    PowerSampleRecord,
+    RunRecord,
+    TaskResultRecord,
+)
 from openjarvis.store.assistant import (
     AssistantMessageRecord,
     AssistantSessionRecord,
@@ -21,13 +28,6 @@ from openjarvis.store.database import (
 )
 from openjarvis.store.liveness import ended_reason, refuse_if_live, shown_state
 from openjarvis.store.merge import MergeCounts, merge_all, merge_into
-from openjarvis.store.records import (
-    EnergyRecord,
-    HostRecord,
-    PowerSampleRecord,
-    RunRecord,
-    TaskResultRecord,
-)
 from openjarvis.store.requests import RequestLogRecord, log_request, request_logs
 from openjarvis.store.store import Store
 from openjarvis.store.trace import PowerSeries

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from openjarvis.errors import UserError
-from openjarvis.store.records import RunRecord
+from openjarvis.records import RunRecord
 
 __all__ = [
     "REMOTE_HEARTBEAT_TIMEOUT_S",

@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from openjarvis.store.records import EnergyRecord, HostRecord, RunRecord, TaskResultRecord
+from openjarvis.records import EnergyRecord, HostRecord, RunRecord, TaskResultRecord
 
 __all__ = [
     "RUN_STATES",

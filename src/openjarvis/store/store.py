@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import QueryableAttribute, Session, sessionmaker
 
 from openjarvis.errors import UserError
+from openjarvis.records import HostRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 from openjarvis.store.liveness import refuse_if_live, this_process
 from openjarvis.store.models import (
     RUN_STATES,
@@ -27,7 +28,6 @@ from openjarvis.store.models import (
     Run,
     TaskResult,
 )
-from openjarvis.store.records import HostRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 from openjarvis.store.trace import (
     PowerSeries,
     pack_chunks,

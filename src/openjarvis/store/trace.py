@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from itertools import pairwise, repeat
 from typing import Any
 
-from openjarvis.store.records import PowerSampleRecord
+from openjarvis.records import PowerSampleRecord
 
 __all__ = [
     "TRACE_CHUNK_SAMPLES",

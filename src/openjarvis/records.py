@@ -1,7 +1,8 @@
-"""Plain dataclasses the store takes and gives back; no SQL crosses this border.
+"""The domain's records: a host, a run, its tasks, their energy and power samples.
 
-The store is a leaf package, so it defines its own records instead of importing
-other packages' types. Units are in the names; None means unknown, with a reason.
+Plain dataclasses that every room reads and the store saves and gives back (no SQL crosses this
+border); a leaf, so the store, the evals and the report share them. Units are in the names; None
+means unknown, with a reason.
 """
 
 from dataclasses import dataclass, field
