@@ -217,3 +217,25 @@ def test_the_runs_table_shows_0_of_5_with_its_wilson_interval_not_0_0() -> None:
     # Unequal samples per task: the rate is no count over trials, so the bootstrap stays.
     uneven = {**summary, "accuracy": {"value": 0.3125, "low": 0.1, "high": 0.5}, "samples": 2}
     assert run_figure_text(replace(estimated, summary=uneven), "accuracy") == "0.312 [0.1, 0.5]"
+
+
+def test_a_verdict_on_a_busy_machine_says_so_and_resolves_nothing() -> None:
+    """x does 10x the passes per kJ of y on 40 tasks, an interval far from 1; but y was measured
+    while another program kept a core busy, so the ratio is not taken as resolved."""
+    evidence = "other processes kept 0.98 cores busy during the tasks (29.4 CPU-s over 30.0 s)"
+    busy = {"machine": {"busy": True, "evidence": [evidence], "stretches": []}}
+    quiet_run, busy_run = run("x", "big"), run("y", "small", summary=busy)
+    found_tasks = {"x": tasks(40, 20, 10.0), "y": tasks(40, 20, 100.0)}
+    (section,) = gate([quiet_run, busy_run], found_tasks)
+    found = verdict(section.entries[0], section.entries[1], like_for_like=True)
+    assert found is not None and found.ratio.low is not None and found.ratio.low > 5
+    assert found.busy and not found.resolved
+    assert found.sentence().endswith("(not resolved: measured on a busy machine).")
+    assert f"small · H200 · torch was measured on a busy machine ({evidence})" in found.limits
+    # The same runs on a quiet machine: resolved.
+    calm = verdict(
+        replace(section.entries[0]),
+        replace(section.entries[1], run=replace(busy_run, summary=None)),
+        like_for_like=True,
+    )
+    assert calm is not None and calm.resolved and not calm.busy

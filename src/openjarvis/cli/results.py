@@ -18,6 +18,7 @@ from openjarvis.evals.metrics import NONE_PASSED, Estimate, RunFigures, phase_en
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
+    busy_evidence,
     coverage_missing,
     coverage_names,
     energy_label,
@@ -156,6 +157,8 @@ def show_command(
     windows = windows_text(summary.get("windows"), summary.get("conservation"), always_ratio=True)
     if windows:
         console.print(f"[dim]windows: {windows}[/]")
+    if evidence := busy_evidence(record):
+        console.print(f"[yellow]busy-machine:[/] {'; '.join(evidence)}")
     console.print(readable(_tasks_table(record, tasks)))
 
 

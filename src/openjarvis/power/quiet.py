@@ -6,7 +6,7 @@ its idle baseline. A run where that is material is marked `busy-machine` with th
 """
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -24,7 +24,6 @@ __all__ = [
     "Watch",
     "check_machine",
     "idle_against_model",
-    "stored_evidence",
     "watching",
 ]
 
@@ -201,13 +200,3 @@ def check_machine(
     return MachineCheck(
         tuple(a for a in activities if a is not None), idle_against_model(idle, sources)
     )
-
-
-def stored_evidence(summary: Mapping[str, object] | None) -> list[str]:
-    """The busy-machine evidence a run stored in its summary (`machine`); empty when quiet or
-    not checked."""
-    machine = (summary or {}).get("machine")
-    if not isinstance(machine, Mapping) or not machine.get("busy"):
-        return []
-    evidence = machine.get("evidence")
-    return [str(line) for line in evidence] if isinstance(evidence, list) else []

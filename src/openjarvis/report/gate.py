@@ -19,6 +19,7 @@ from openjarvis.evals.metrics import (
 )
 from openjarvis.report.configuration import precision_label, scope_definition
 from openjarvis.report.runs import (
+    busy_evidence,
     coverage_names,
     is_estimate,
     pareto_frontier,
@@ -270,12 +271,15 @@ class Verdict:
     limits: tuple[str, ...]
     passed: tuple[int, int]  # samples passed on the shared tasks: best's, other's
     samples: tuple[int, int]
+    busy: bool = False  # either run was measured on a busy machine (power/quiet.py)
 
     @property
     def resolved(self) -> bool:
-        """The ratio's interval excludes 1: the difference is more than sampling noise."""
+        """The ratio's interval excludes 1 and both runs had the machine to themselves: the
+        difference is more than sampling noise, and not another program's draw."""
         low, high = self.ratio.low, self.ratio.high
-        return (low is not None and low > 1) or (high is not None and high < 1)
+        excludes_one = (low is not None and low > 1) or (high is not None and high < 1)
+        return excludes_one and not self.busy
 
     def limits_sentence(self) -> str:
         if not self.limits:
@@ -296,6 +300,7 @@ class Verdict:
             "figure": self.figure,
             "ratio": asdict(self.ratio),
             "resolved": self.resolved,
+            "busy_machine": self.busy,
             "passed": list(self.passed),
             "samples": list(self.samples),
         }
@@ -331,7 +336,9 @@ class Verdict:
                 f"{self.best.label}"
             )
         claim += f" on the {self.tasks} tasks both ran{counts}"
-        if not self.resolved:
+        if self.busy:
+            claim += " (not resolved: measured on a busy machine)"
+        elif not self.resolved:
             claim += " (not resolved: the interval includes 1)"
         return claim + "."
 
@@ -438,8 +445,14 @@ def verdict(first: Entry, second: Entry, like_for_like: bool) -> Verdict | None:
     band = _band_limit(best.run, other.run, ratio)
     if band is not None:
         limits.append(band)
+    busy = False
+    for entry in (best, other):
+        evidence = busy_evidence(entry.run)
+        if evidence:
+            busy = True
+            limits.append(f"{entry.label} was measured on a busy machine ({'; '.join(evidence)})")
     return Verdict(
-        best, other, len(ids), figure, ratio, like_for_like, tuple(limits), passed, samples
+        best, other, len(ids), figure, ratio, like_for_like, tuple(limits), passed, samples, busy
     )
 
 

@@ -16,6 +16,7 @@ from openjarvis.store import RunRecord
 __all__ = [
     "FIGURE_COLUMNS",
     "Interval",
+    "busy_evidence",
     "concurrency_of",
     "coverage_missing",
     "coverage_names",
@@ -205,6 +206,17 @@ def figure(run: RunRecord, name: str) -> Interval:
     if isinstance(value, int | float):
         return float(value), None, None
     return None, None, None
+
+
+def busy_evidence(run: RunRecord) -> list[str]:
+    """What made the run's machine busy (the `machine` check `ipw measure` stored: other
+    processes' CPU time or GPU contexts, an idle baseline above the model's); empty when it
+    was quiet or not checked."""
+    machine = (run.summary or {}).get("machine")
+    if not isinstance(machine, dict) or not machine.get("busy"):
+        return []
+    evidence = machine.get("evidence")
+    return [str(line) for line in evidence] if isinstance(evidence, list) else []
 
 
 def mark_estimate(text: str, run: RunRecord) -> str:

@@ -39,6 +39,7 @@ from openjarvis.report.html import render_html
 from openjarvis.report.plot import Plot
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
+    busy_evidence,
     coverage_missing,
     energy_label,
     figure,
@@ -117,6 +118,14 @@ def _notes(data: ReportData) -> list[str]:
             f"{len(partial)} run(s) have a partial energy scope, marked '(partial)': a source in "
             f"scope could not be read, so their energy leaves it out ({listed})."
         )
+    for run in data.runs:
+        evidence = busy_evidence(run)
+        if evidence:
+            notes.append(
+                f"Run {(run.id or '')[:8]} ({short_label(run)}) was measured on a busy machine "
+                f"(busy-machine: {'; '.join(evidence)}): another program's draw is in its "
+                "energy, so no verdict rests on it alone."
+            )
     scopes = sorted({run.energy_scope for run in data.runs})
     if len(scopes) > 1:
         notes.append(
