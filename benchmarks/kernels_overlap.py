@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from gpu_ranks import join_group, run_on_every_gpu
 
-from openjarvis.kernels.overlap import AllGatherMatmul, MatmulReduceScatter
+from openjarvis.kernels.experimental.overlap import AllGatherMatmul, MatmulReduceScatter
 
 __all__ = ["main"]
 

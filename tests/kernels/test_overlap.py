@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 multiprocessing = pytest.importorskip("torch.multiprocessing")
 
-from openjarvis.kernels import overlap  # noqa: E402
-from openjarvis.kernels.overlap import (  # noqa: E402
+from openjarvis.kernels.experimental import overlap  # noqa: E402
+from openjarvis.kernels.experimental.overlap import (  # noqa: E402
     AllGatherMatmul,
     Chunk,
     MatmulReduceScatter,
