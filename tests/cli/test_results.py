@@ -231,3 +231,18 @@ def test_show_and_compare_give_one_run_the_same_intervals(store: Store, db: str)
         assert shown_figures[name] == compared_figures[name], name
     stored = store.get_run(first).summary or {}
     assert shown_figures["mean_net_energy_j"] == stored["mean_net_energy_j"]
+
+
+def test_compare_across_suites_says_so_and_gives_no_verdict(store: Store, db: str) -> None:
+    """Two runs alike but for their suite: the columns name each suite, a note says they
+    differ, and no verdict weighs one suite's work against the other's."""
+    humaneval = add_run(store, H200, "gemma", tasks=12)
+    arithmetic = add_run(store, H200, "gemma", suite="arithmetic", tasks=12, seed=4)
+    code, output, error = ipw("compare", humaneval, arithmetic, "--db", db)
+    assert code == 0, error
+    assert "the runs ran different suites" in output
+    assert f"{humaneval[:8]}: humaneval, {arithmetic[:8]}: arithmetic" in output
+    assert "passes per kJ of" not in output and "energy per task of" not in output
+    code, output, error = ipw("compare", humaneval, arithmetic, "--db", db, "--json")
+    data = json.loads(output)
+    assert data["verdicts"] == [] and data["suites"][arithmetic] == "arithmetic"

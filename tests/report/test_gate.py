@@ -12,6 +12,7 @@ from openjarvis.evals.intervals import wilson as wilson_interval
 from openjarvis.evals.metrics import compute_figures, task_figures
 from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
 from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict
+from openjarvis.report.runs import distinct_labels, suite_name
 from openjarvis.report.uncertainty import run_figure_text
 from openjarvis.store import RunRecord, TaskResultRecord, open_store
 from tests.report.test_routing import make_task
@@ -114,7 +115,10 @@ def test_the_verdict_names_its_ratio_counts_and_limits() -> None:
     assert (within.passed, within.samples) == ((5, 2), (5, 5))
     sentence = within.sentence()
     # Some resamples of b pass nothing, where a / b has no bound: the interval says so.
-    assert sentence.startswith("big · H200 · torch does 1.2x [0.62, no upper bound]")
+    # a and e are both big · H200 · torch: their labels add what tells them apart (e's scope).
+    assert sentence.startswith(
+        "big · H200 · torch · counter · accelerator does 1.2x [0.62, no upper bound]"
+    )
     assert not within.resolved and "(not resolved: the interval includes 1)" in sentence
     assert "the passes per kJ of small Q4_K_M · H200 · llamacpp on the 5 tasks both ran" in sentence
     assert "(5/5 against 2/5 passed)" in sentence
@@ -239,3 +243,17 @@ def test_a_verdict_on_a_busy_machine_says_so_and_resolves_nothing() -> None:
         like_for_like=True,
     )
     assert calm is not None and calm.resolved and not calm.busy
+
+
+def test_labels_tell_apart_runs_that_differ_only_in_suite_or_nothing_at_all() -> None:
+    first, second = run("p1", "gemma"), run("p2", "gemma", suite="arithmetic")
+    third = run("p3", "gemma")  # the same as p1 in every label part
+    labels = distinct_labels([first, second, third])
+    assert labels["p2"] == "gemma · H200 · torch · arithmetic"
+    assert labels["p1"] == "gemma · H200 · torch · humaneval · run p1"
+    assert labels["p3"] == "gemma · H200 · torch · humaneval · run p3"
+    assert len(set(labels.values())) == 3
+    # A suite stored with its options and include path is titled by its name alone.
+    old = run("p4", "gemma", suite="lm-eval:tiny_gen?limit=3&num_fewshot=0&include=/tmp/x")
+    assert suite_name(old) == "lm-eval:tiny_gen"
+    assert suite_name(run("p5", "gemma", suite="/home/me/suites/good.jsonl")) == "good.jsonl"

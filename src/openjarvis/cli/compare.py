@@ -28,6 +28,8 @@ from openjarvis.report.gate import comparison_class, entry, verdict
 from openjarvis.report.routing import Route, Routing, routing, routing_json
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
+    concurrency_of,
+    distinct_labels,
     energy_label,
     host_label,
     is_estimate,
@@ -35,6 +37,7 @@ from openjarvis.report.runs import (
     model_label,
     run_row,
     scope_label,
+    suite_name,
 )
 from openjarvis.store import RunRecord, open_reader
 
@@ -94,11 +97,18 @@ def compare_command(
         compare_figures(per_task[0], other, (unions[0], union))
         for other, union in zip(per_task[1:], unions[1:], strict=True)
     ]
-    entries = [entry(record, saved) for record, saved in zip(records, tasks, strict=True)]
+    labels = distinct_labels(records)
+    entries = [
+        entry(record, saved, labels[record.id or ""])
+        for record, saved in zip(records, tasks, strict=True)
+    ]
+    # A verdict weighs the same work: runs of another suite get none, and are said to differ.
+    other_suites = [e.run for e in entries[1:] if suite_name(e.run) != suite_name(records[0])]
     verdicts = [
         found_verdict
         for other in entries[1:]
-        if (
+        if other.run not in other_suites
+        and (
             found_verdict := verdict(
                 entries[0],
                 other,
@@ -107,6 +117,7 @@ def compare_command(
         )
         is not None
     ]
+    suites_line = _suites_line(records, other_suites)
     found = routing(
         records, {record.id or "": saved for record, saved in zip(records, tasks, strict=True)}
     )
@@ -115,9 +126,13 @@ def compare_command(
         data = _as_json(records, figures, comparisons)
         data["verdicts"] = [found_verdict.to_json() for found_verdict in verdicts]
         data["routing"] = routing_json(found) if found is not None else None
+        data["suites"] = {record.id: suite_name(record) for record in records}
+        data["suites_note"] = suites_line
         console.file.write(json.dumps(data, indent=2) + "\n")
         return
     console.print(readable(_table(records, figures, comparisons)))
+    if suites_line:
+        console.print(f"[yellow]note:[/] {suites_line}")
     for found_verdict in verdicts:
         marker = "" if found_verdict.like_for_like else "not like for like: "
         console.print(f"{marker}{found_verdict.sentence()}")
@@ -180,6 +195,17 @@ def _routes_table(title: str, first: str, rows: list[tuple[str, Route]]) -> Tabl
     return table
 
 
+def _suites_line(records: list[RunRecord], other_suites: list[RunRecord]) -> str | None:
+    """Which runs ran another suite than the baseline, and that no verdict spans suites."""
+    if not other_suites:
+        return None
+    listing = ", ".join(f"{_short(record)}: {suite_name(record)}" for record in records)
+    return (
+        f"the runs ran different suites ({listing}): their ratios to {_short(records[0])} weigh "
+        "different work, and no verdict is given across suites"
+    )
+
+
 def _short(record: RunRecord) -> str:
     return (record.id or "")[:8]
 
@@ -198,6 +224,7 @@ def _table(
         label = "\n(estimate)" if is_estimate(record) else ""
         table.add_column(
             f"{_short(record)}\n{model_label(record)}\n{host_label(record)}\n"
+            f"{suite_name(record)} · {concurrency_of(record) or 1} at once\n"
             f"{energy_label(record)}{label}",
             justify="right",
         )

@@ -20,13 +20,14 @@ from openjarvis.report.plot import Panel, Point, hardware_colours
 from openjarvis.report.routing import Routing, routing, routing_json
 from openjarvis.report.runs import (
     concurrency_of,
+    distinct_labels,
     figure,
     hardware_label,
     is_cloud,
     is_estimate,
     model_label,
     newest_per_group,
-    short_label,
+    suite_name,
 )
 from openjarvis.store import RunRecord, TaskResultRecord
 
@@ -52,14 +53,14 @@ def analyse(runs: Sequence[RunRecord], tasks: Mapping[str, Sequence[TaskResultRe
     groups = newest_per_group(runs)
     sections = gate(groups, tasks)
     splits = []
+    labels = distinct_labels(groups)
     for run in groups:
         saved = tasks.get(run.id or "", ())
-        splits.append(
-            breakdown(run, saved, accounting(run, saved), short_label(run), hardware_label(run))
-        )
+        label = labels[run.id or ""]
+        splits.append(breakdown(run, saved, accounting(run, saved), label, hardware_label(run)))
     routings = []
-    for suite in sorted({run.suite for run in groups}):
-        found = routing([run for run in groups if run.suite == suite], tasks)
+    for suite in sorted({suite_name(run) for run in groups}):
+        found = routing([run for run in groups if suite_name(run) == suite], tasks)
         if found is not None:
             routings.append((suite, found))
     colours = hardware_colours(hardware_label(run) for run in runs)

@@ -21,10 +21,12 @@ from openjarvis.report.configuration import precision_label, scope_definition
 from openjarvis.report.runs import (
     busy_evidence,
     coverage_names,
+    distinct_labels,
     is_estimate,
     pareto_frontier,
     scope_label,
     short_label,
+    suite_name,
 )
 from openjarvis.report.uncertainty import banded_energy_j, estimate_band
 from openjarvis.store import RunRecord, TaskResultRecord
@@ -95,10 +97,7 @@ class Entry:
     task_ids: tuple[str, ...]  # the section's shared tasks, sorted
     shared: tuple[TaskResultRecord, ...]  # the run's tasks among them, in all_tasks' order
     figures: SharedFigures
-
-    @property
-    def label(self) -> str:
-        return short_label(self.run)
+    label: str  # told apart from the other runs' (runs.distinct_labels)
 
     @property
     def passed(self) -> int:
@@ -168,7 +167,7 @@ class Section:
 def comparison_class(run: RunRecord) -> tuple[str, str, bool]:
     """(suite, scope, measured): only runs of one class share a section, an axis, a frontier."""
     scope = scope_label(run.energy_scope, run.energy_coverage, detail=False)
-    return run.suite, scope, not is_estimate(run)
+    return suite_name(run), scope, not is_estimate(run)
 
 
 def _rank(entry: Entry) -> tuple[float, float]:
@@ -178,14 +177,15 @@ def _rank(entry: Entry) -> tuple[float, float]:
     return (-1.0 if apj is None else apj, -(math.inf if energy_j is None else energy_j))
 
 
-def _entry(run: RunRecord, tasks: Sequence[TaskResultRecord], ids: set[str]) -> Entry:
+def _entry(run: RunRecord, tasks: Sequence[TaskResultRecord], ids: set[str], label: str) -> Entry:
     shared = tuple(t for t in tasks if t.task_id in ids)
-    return Entry(run, tuple(tasks), tuple(sorted(ids)), shared, shared_figures(run, shared))
+    figures = shared_figures(run, shared)
+    return Entry(run, tuple(tasks), tuple(sorted(ids)), shared, figures, label)
 
 
-def entry(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> Entry:
+def entry(run: RunRecord, tasks: Sequence[TaskResultRecord], label: str) -> Entry:
     """A run on all its own tasks, for a verdict against another (`ipw compare`)."""
-    return _entry(run, tasks, {t.task_id for t in tasks})
+    return _entry(run, tasks, {t.task_id for t in tasks}, label)
 
 
 def shared_tasks(
@@ -223,9 +223,10 @@ def _section(
     key: tuple[str, str, bool],
     runs: Sequence[RunRecord],
     tasks: Mapping[str, Sequence[TaskResultRecord]],
+    labels: Mapping[str, str],
 ) -> Section:
     kept, ids, left_out = shared_tasks(runs, tasks)
-    entries = [_entry(run, tasks[run.id or ""], ids) for run in kept]
+    entries = [_entry(run, tasks[run.id or ""], ids, labels[run.id or ""]) for run in kept]
     entries.sort(key=_rank, reverse=True)
     return Section(key[0], key[1], key[2], tuple(entries), tuple(sorted(ids)), tuple(left_out))
 
@@ -233,11 +234,13 @@ def _section(
 def gate(
     runs: Sequence[RunRecord], tasks: Mapping[str, Sequence[TaskResultRecord]]
 ) -> list[Section]:
-    """The runs' sections: measured before estimated, then the most runs and tasks first."""
+    """The runs' sections: measured before estimated, then the most runs and tasks first.
+    Runs are named by `distinct_labels` over all of them, so no two read alike."""
+    labels = distinct_labels(runs)
     classes: dict[tuple[str, str, bool], list[RunRecord]] = {}
     for run in runs:
         classes.setdefault(comparison_class(run), []).append(run)
-    sections = [_section(key, members, tasks) for key, members in classes.items()]
+    sections = [_section(key, members, tasks, labels) for key, members in classes.items()]
     return sorted(
         sections,
         key=lambda s: (not s.measured, -len(s.entries), -len(s.task_ids), s.suite, s.scope),

@@ -6,8 +6,9 @@ A run's figures are the RunFigures dict `ipw measure` stored in `run.summary` (e
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import PurePath
 from typing import Any
 
 from openjarvis.engine_kinds import LOCAL_ENGINE_KINDS
@@ -20,6 +21,7 @@ __all__ = [
     "concurrency_of",
     "coverage_missing",
     "coverage_names",
+    "distinct_labels",
     "energy_label",
     "figure",
     "format_interval",
@@ -41,6 +43,7 @@ __all__ = [
     "scaled",
     "scope_label",
     "short_label",
+    "suite_name",
 ]
 
 # Figures with intervals that tables, CSV and JSON carry, in display order, with their headings.
@@ -171,6 +174,36 @@ def short_label(run: RunRecord) -> str:
     concurrency = concurrency_of(run)
     at_once = f" · {concurrency} at once" if concurrency is not None and concurrency > 1 else ""
     return f"{model_label(run)} · {hardware_label(run)} · {run.engine}{at_once}"
+
+
+def suite_name(run: RunRecord) -> str:
+    """The suite as titles and labels show it: its name, without options or folders (runs
+    stored before a suite kept its own name carry `lm-eval:x?limit=3&include=/tmp/...`, or the
+    path a suite file was given by)."""
+    name = run.suite.split("?", 1)[0]
+    return PurePath(name).name if "/" in name or "\\" in name else name
+
+
+def distinct_labels(runs: Sequence[RunRecord]) -> dict[str, str]:
+    """Run id -> its label, told apart from the others': `short_label` (which names tasks in
+    flight above 1), then the suite where runs of one label ran different suites, then the
+    energy method and scope, then the run id's first eight characters where two runs are still
+    alike."""
+    labels = {run.id or "": short_label(run) for run in runs}
+
+    def refine(describe: Callable[[RunRecord], str]) -> None:
+        alike: dict[str, list[RunRecord]] = {}
+        for run in runs:
+            alike.setdefault(labels[run.id or ""], []).append(run)
+        for members in alike.values():
+            if len({describe(run) for run in members}) > 1:
+                for run in members:
+                    labels[run.id or ""] += f" · {describe(run)}"
+
+    refine(suite_name)
+    refine(energy_label)
+    refine(lambda run: f"run {(run.id or '')[:8]}")
+    return labels
 
 
 def mean_if_known(values: Sequence[float | None]) -> float | None:

@@ -51,6 +51,7 @@ from openjarvis.report.runs import (
     run_tasks_text,
     run_to_dict,
     short_label,
+    suite_name,
 )
 from openjarvis.report.uncertainty import run_figure_text
 from openjarvis.store import PowerSeries, RunRecord, TaskResultRecord
@@ -126,6 +127,12 @@ def _notes(data: ReportData) -> list[str]:
                 f"(busy-machine: {'; '.join(evidence)}): another program's draw is in its "
                 "energy, so no verdict rests on it alone."
             )
+    suites = sorted({suite_name(run) for run in data.runs})
+    if len(suites) > 1:
+        notes.append(
+            f"Runs of {len(suites)} suites ({', '.join(suites)}): each suite has its own "
+            "sections and verdict; no ratio or verdict is given across suites."
+        )
     scopes = sorted({run.energy_scope for run in data.runs})
     if len(scopes) > 1:
         notes.append(
