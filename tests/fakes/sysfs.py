@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from openjarvis.power import rapl
+from openjarvis.power import sysfs as power_sysfs
 
 __all__ = ["DEFAULT_RANGE_UJ", "FakePowercap", "laptop_with_psys", "one_socket", "two_sockets"]
 
@@ -69,11 +70,11 @@ class FakePowercap:
         """Point OpenJarvis at this tree and fake the kernel's EACCES for denied files.
 
         Tests run as root here, and root reads a mode-000 file anyway, so chmod cannot make a
-        real EACCES. Instead rapl.py's `open` (the one call that touches energy_uj) is shadowed
-        by one that raises the same PermissionError the kernel gives, for denied paths only.
+        real EACCES. Instead power/sysfs.py's `open` (the one call that reads energy_uj) is
+        shadowed by one that raises the kernel's PermissionError, for denied paths only.
         """
         monkeypatch.setenv(rapl.SYSFS_ROOT_ENV, str(self.sysfs_root))
-        monkeypatch.setattr(rapl, "open", self._open(builtins.open), raising=False)
+        monkeypatch.setattr(power_sysfs, "open", self._open(builtins.open), raising=False)
 
     def _open(self, real_open: Callable[..., Any]) -> Callable[..., Any]:
         def fake_open(path: Any, *args: Any, **kwargs: Any) -> Any:

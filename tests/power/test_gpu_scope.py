@@ -158,7 +158,7 @@ def test_an_empty_cuda_visible_devices_hides_every_gpu(
     found = discover_sources(gpus=gpus, scope="accelerator", estimate_cpu=False)
     assert found.sources == ()
     assert found.coverage.missing == missing
-    (status,) = [status for status in found.statuses if status.domain == "gpu"]
+    (status,) = [status for status in found.statuses if status.name.startswith("nvml")]
     assert status.detail is not None and "hides every GPU" in status.detail
 
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from openjarvis.power.sources import Discovery, EnergySource, ReadError, unavailable
+from openjarvis.power.sysfs import read_sysfs
 from openjarvis.power.types import Domain, SourceStatus
 
 __all__ = [
@@ -67,20 +68,8 @@ class RaplZone(EnergySource):
 
 
 def _read_int(path: Path) -> int:
-    # Plain open() on purpose: it is the one place the kernel answers, so tests fake the
-    # kernel's PermissionError here (root ignores file modes, so chmod cannot fake it).
-    try:
-        with open(path, "rb") as file:
-            text = file.read()
-    except PermissionError as error:
-        glob = str(path.parent.parent / f"{path.parent.name.split(':')[0]}:*" / path.name)
-        raise ReadError("permission", _PERMISSION_FIX.format(glob=glob)) from error
-    except FileNotFoundError as error:
-        raise ReadError("vanished", f"{path} disappeared (zone removed or driver unloaded)") from (
-            error
-        )
-    except OSError as error:
-        raise ReadError("read-error", f"cannot read {path}: {error.strerror}") from error
+    glob = str(path.parent.parent / f"{path.parent.name.split(':')[0]}:*" / path.name)
+    text = read_sysfs(path, _PERMISSION_FIX.format(glob=glob))
     try:
         return int(text)
     except ValueError as error:
