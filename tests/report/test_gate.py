@@ -10,6 +10,7 @@ import pytest
 from openjarvis.evals.intervals import small_n_caution
 from openjarvis.evals.intervals import wilson as wilson_interval
 from openjarvis.evals.metrics import compute_figures, task_figures
+from openjarvis.report.analysis import panels
 from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
 from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict
 from openjarvis.report.runs import distinct_labels, suite_name
@@ -159,8 +160,11 @@ def test_wilson_intervals_and_the_estimate_band_by_hand() -> None:
     # All of c's 30 J per task is estimated (no readings): the CPU band x0.5 to x1.5.
     assert estimated.energy_band_j() == (pytest.approx(15.0), pytest.approx(45.0))
     rows = {block.id: block for block in gate_blocks(gate(RUNS, TASKS))}
-    (table,) = rows["section-humaneval-system-estimated"].tables
-    assert table.rows[0][-2:] == ("30 [30, 30] est. (band 15 to 45)", "0 (none passed)")
+    # c is alone in its section: a row of the one table of such sections, not a block.
+    assert "section-humaneval-system-estimated" not in rows
+    (table,) = rows["sections-of-one-run"].tables
+    (row,) = [row for row in table.rows if row[0].startswith("humaneval · system scope")]
+    assert row[-2:] == ("30 [30, 30] est. (band 15 to 45)", "0 (none passed)")
 
 
 def test_small_n_is_said_below_thirty_tasks_with_the_counts_that_passed() -> None:
@@ -257,3 +261,17 @@ def test_labels_tell_apart_runs_that_differ_only_in_suite_or_nothing_at_all() ->
     old = run("p4", "gemma", suite="lm-eval:tiny_gen?limit=3&num_fewshot=0&include=/tmp/x")
     assert suite_name(old) == "lm-eval:tiny_gen"
     assert suite_name(run("p5", "gemma", suite="/home/me/suites/good.jsonl")) == "good.jsonl"
+
+
+def test_sections_of_one_run_are_one_line_and_one_table_not_drawn() -> None:
+    """Two of the three sections hold one run: the verdict says so once (not once per
+    section), they share one table, and only the section of two runs is drawn."""
+    sections = gate(RUNS, TASKS)
+    block = headline_block(headline(sections))
+    alone = [line.text for line in block.lines if "hold one run each" in line.text]
+    assert alone == [
+        "2 of 3 sections hold one run each, with nothing of their suite, scope and method "
+        "class to compare it with: listed below, not drawn."
+    ]
+    assert not any("nothing in its scope" in line.text for line in block.lines)
+    assert [panel.title for panel in panels(sections)] == [sections[0].title]

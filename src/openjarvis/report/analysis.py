@@ -93,6 +93,8 @@ def concurrency_series(groups: Sequence[RunRecord]) -> dict[str, list[RunRecord]
 def panels(sections: Sequence[Section]) -> list[Panel]:
     panels = []
     for section in sections:
+        if len(section.entries) < 2:  # one point is no comparison: listed, not drawn
+            continue
         points = []
         for entry in section.entries:
             energy = entry.figures.mean_energy_j

@@ -132,14 +132,15 @@ def headline_block(head: Headline) -> Block:
     for found in head.across:
         lines.append(Line(f"Across sections, not like for like: {found.sentence()}"))
         lines.append(Line(found.limits_sentence(), limit=True))
-    for section in head.sections:
-        if len(section.entries) == 1:
-            lines.append(
-                Line(
-                    f"{section.title}: one run ({section.entries[0].label}), nothing in its "
-                    "scope and method class to compare it with."
-                )
+    alone = [section for section in head.sections if len(section.entries) == 1]
+    if alone:
+        lines.append(
+            Line(
+                f"{len(alone)} of {len(head.sections)} sections hold one run each, with nothing "
+                "of their suite, scope and method class to compare it with: listed below, not "
+                "drawn."
             )
+        )
     if not any(section.entries for section in head.sections):
         lines.append(Line("No run has saved tasks to compare."))
     rows = tuple(
@@ -167,7 +168,10 @@ def gate_blocks(sections: Sequence[Section]) -> list[Block]:
             ),
         )
     ]
+    alone = [section for section in sections if len(section.entries) == 1]
     for section in sections:
+        if section in alone:
+            continue
         paragraphs = []
         frontier = section_frontier(section)
         if frontier:
@@ -193,6 +197,22 @@ def gate_blocks(sections: Sequence[Section]) -> list[Block]:
                 section.title,
                 _lines(paragraphs, warnings),
                 (table,) if section.entries else (),
+                level=3,
+            )
+        )
+    if alone:
+        rows = tuple((section.title, *_entry_row(section.entries[0])) for section in alone)
+        blocks.append(
+            Block(
+                "sections-of-one-run",
+                "Sections of one run",
+                _lines(
+                    [
+                        "Each of these runs is alone in its suite, energy scope and method "
+                        "class: its figures over its own tasks, with nothing to compare them with."
+                    ]
+                ),
+                (TextTable(("section", *ENTRY_HEADINGS), rows),),
                 level=3,
             )
         )
