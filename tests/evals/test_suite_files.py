@@ -147,3 +147,10 @@ def test_empty_suite_file_says_what_to_write(tmp_path: Path) -> None:
 def test_missing_suite_file_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"suite file .*absent\.jsonl not found"):
         load_suite(str(tmp_path / "absent.jsonl"))
+
+
+def test_a_suite_file_saved_with_a_utf8_byte_order_mark_loads(tmp_path: Path) -> None:
+    path = _write(tmp_path, EXACT, CHOICE)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())  # as Notepad saves UTF-8
+    exact, choice = load_suite(str(path))
+    assert (exact.task_id, exact.answer, choice.answer) == ("t/exact", "42", "B")

@@ -75,6 +75,8 @@ def parse_suite(text: str, source: str) -> SuiteFile:
     tasks: list[Task] = []
     references: dict[str, str] = {}
     first_line_of: dict[str, int] = {}
+    # Editors on Windows save UTF-8 with a byte-order mark; it is no part of the first task.
+    text = text.removeprefix("\ufeff")
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue  # blank lines (a trailing newline, spacing) carry no task
