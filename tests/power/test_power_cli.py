@@ -59,3 +59,26 @@ def test_watch_prints_watts_until_ctrl_c(
     assert len(lines) == 2 and sleeps == [0.5, 0.5]
     package = lines[1]["sources"]["rapl:package-0"]
     assert package["power_w"] == pytest.approx(1000.0 / lines[1]["duration_s"])
+
+
+def test_watch_piped_prints_each_update(
+    app: typer.Typer, no_hardware: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Piped (not a terminal), a live display would redraw in place and print nothing: each
+    update is printed in turn instead, the whole table however wide."""
+    tree = two_sockets(no_hardware)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+        sleeps.append(seconds)
+        time.sleep(0.02)
+        tree.set_energy_uj("intel-rapl:0", 1_000_000_000 * len(sleeps))
+
+    monkeypatch.setattr(power_cli, "sleep", sleep)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = CliRunner().invoke(app, ["power", "--watch", "--interval", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Power over the last") == 2
+    assert "rapl:package-0" in result.output and "…" not in result.output

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -96,3 +97,23 @@ def test_since_without_an_offset_is_local_time(tmp_path: Path) -> None:
     assert listed("2026-11-30T06:00+00:00") == 1  # an offset is taken as given
     table = _ipw("--db", str(db), env=west).stdout
     assert "2026-11-30 00:00:00" in table  # shown in local time too
+
+
+def test_piped_rows_are_whole_and_say_which_requests_shared_a_batch(tmp_path: Path) -> None:
+    db = tmp_path / "ipw.db"
+    with open_store(str(db)) as store:
+        log_request(store, _record(2.0, 20))
+        log_request(store, replace(_record(3.0, 30), shared=True, mean_batch=3.2))
+    environment = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "openjarvis", "requests", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout  # not cut at 80 columns when piped
+    assert "shared · batch" in done.stdout
+    rows = [line for line in done.stdout.splitlines() if "chat/completions" in line]
+    assert rows[0].rstrip(" │").endswith("no · —") and rows[1].rstrip(" │").endswith("yes · 3.2")

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from openjarvis.cli.output import readable, stdout_console
 from openjarvis.power import Meter, SourceStatus, WindowEnergy
 
 __all__ = ["power_command"]
@@ -29,7 +30,7 @@ def power_command(
     ] = 1.0,
 ) -> None:
     """List the energy sources: available or why not (and the fix), method, domain, period."""
-    console = Console()
+    console = stdout_console()
     meter = Meter.discover("system")
     try:
         if watch:
@@ -38,7 +39,7 @@ def power_command(
             statuses = [dataclasses.asdict(status) for status in meter.statuses]
             typer.echo(json.dumps({"sources": statuses}, indent=2))
         else:
-            console.print(_status_table(meter.statuses))
+            console.print(readable(_status_table(meter.statuses)))
     finally:
         meter.close()
 
@@ -86,6 +87,12 @@ def _watch(meter: Meter, console: Console, json_output: bool, interval_s: float)
         if json_output:
             while True:
                 typer.echo(json.dumps(_watch_record(_measure_interval(meter, interval_s))))
+        elif not console.is_terminal:
+            # Piped (a log, `tee`): a live display redraws in place and shows nothing here, so
+            # each update is printed in turn, flushed, as it comes.
+            while True:
+                console.print(_watch_table(_measure_interval(meter, interval_s)))
+                console.file.flush()
         else:
             with Live(console=console, auto_refresh=False) as live:
                 while True:

@@ -8,9 +8,9 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from openjarvis.cli.output import readable, stdout_console
 from openjarvis.cli.results import SINCE_HELP, parse_since
 
 __all__ = ["requests_command"]
@@ -46,10 +46,11 @@ def requests_command(
         return
     table = Table(title=f"jarvis serve requests ({len(logs)})")
     # cached: prompt tokens the engine took from its cache; J saved: the prefill joules that
-    # saved (an estimate, ≈).
+    # saved (an estimate, ≈); shared: the energy split with requests served at once, by the
+    # work each did, at the engine's mean batch size.
     columns = ("started", "endpoint", "model", "tokens out", "J", "method", "J/token", "cached")
-    for column in (*columns, "J saved"):
-        table.add_column(column, justify="right" if column[0] in "tJc" else "left")
+    for column in (*columns, "J saved", "shared · batch"):
+        table.add_column(column, justify="right" if column[0] in "tJcs" else "left")
     for r in logs[-last:]:
         per_token = r.energy_j / r.completion_tokens if r.energy_j and r.completion_tokens else None
         table.add_row(
@@ -63,9 +64,10 @@ def requests_command(
             "—" if per_token is None else f"{per_token:.3g}",
             "—" if r.cached_tokens is None else f"{r.cached_tokens}/{r.prompt_tokens}",
             "—" if r.prefill_saved_j is None else f"≈{r.prefill_saved_j:.3g}",
+            _shared_text(r.shared, r.mean_batch),
         )
-    console = Console()
-    console.print(table)
+    console = stdout_console()
+    console.print(readable(table))
     energy = totals["energy_j"]
     shown = "—" if energy is None else f"{energy:.4g} J"
     console.print(
@@ -74,3 +76,9 @@ def requests_command(
     )
     if totals["requests_without_energy"]:
         console.print(f"[yellow]{totals['requests_without_energy']} request(s) have no energy[/]")
+
+
+def _shared_text(shared: bool, mean_batch: float | None) -> str:
+    """`yes · 3.2` for a request whose energy is its share of a batch; `no · 1` alone."""
+    batch = "—" if mean_batch is None else f"{mean_batch:.2g}"
+    return f"{'yes' if shared else 'no'} · {batch}"
