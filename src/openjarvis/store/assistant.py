@@ -22,6 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
+from openjarvis.store.mapping import column_values, field_values, shared_names
 from openjarvis.store.models import Base, UTCDateTime
 from openjarvis.store.store import Store
 
@@ -84,9 +85,10 @@ class AssistantSession(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
     def to_record(self) -> AssistantSessionRecord:
-        return AssistantSessionRecord(
-            self.id, self.working_dir, self.model_name, self.started_at, self.updated_at
-        )
+        return AssistantSessionRecord(**field_values(self, AssistantSessionRecord, _SESSION_NAMES))
+
+
+_SESSION_NAMES = shared_names(AssistantSession, AssistantSessionRecord)
 
 
 class AssistantMessage(Base):
@@ -117,25 +119,10 @@ class AssistantMessage(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     def to_record(self) -> AssistantMessageRecord:
-        return AssistantMessageRecord(
-            role=self.role,
-            content=self.content,
-            context_tokens=self.context_tokens,
-            context_tokens_exact=self.context_tokens_exact,
-            model_name=self.model_name,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            energy_j=self.energy_j,
-            energy_method=self.energy_method,
-            energy_null_reason=self.energy_null_reason,
-            cost_usd=self.cost_usd,
-            cached_tokens=self.cached_tokens,
-            prefill_energy_j=self.prefill_energy_j,
-            prefill_saved_j=self.prefill_saved_j,
-            in_context=self.in_context,
-            id=self.id,
-            created_at=self.created_at,
-        )
+        return AssistantMessageRecord(**field_values(self, AssistantMessageRecord, _MESSAGE_NAMES))
+
+
+_MESSAGE_NAMES = shared_names(AssistantMessage, AssistantMessageRecord)
 
 
 # These functions write and read their own tables through Store.session(), one transaction each.
@@ -175,22 +162,8 @@ def add_assistant_message(store: Store, session_id: str, message: AssistantMessa
         row = AssistantMessage(
             session_id=session_id,
             position=0 if last is None else last + 1,
-            role=message.role,
-            content=message.content,
-            context_tokens=message.context_tokens,
-            context_tokens_exact=message.context_tokens_exact,
-            model_name=message.model_name,
-            prompt_tokens=message.prompt_tokens,
-            completion_tokens=message.completion_tokens,
-            energy_j=message.energy_j,
-            energy_method=message.energy_method,
-            energy_null_reason=message.energy_null_reason,
-            cost_usd=message.cost_usd,
-            cached_tokens=message.cached_tokens,
-            prefill_energy_j=message.prefill_energy_j,
-            prefill_saved_j=message.prefill_saved_j,
-            in_context=message.in_context,
             created_at=now,
+            **column_values(message, (n for n in _MESSAGE_NAMES if n not in {"id", "created_at"})),
         )
         session.add(row)
         owner.updated_at = now

@@ -1,6 +1,7 @@
 """The results database's tables as SQLAlchemy declarative models, and their records.
 
-Each model converts to and from the plain dataclasses in `records`, so no row leaves the store.
+Each model converts to and from the plain dataclasses in `openjarvis.records` by field name
+(store/mapping.py), so no row leaves the store and no field list is written twice.
 """
 
 from datetime import UTC, datetime
@@ -26,8 +27,10 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from openjarvis.records import EnergyRecord, HostRecord, RunRecord, TaskResultRecord
+from openjarvis.store.mapping import column_values, field_values, shared_names
 
 __all__ = [
+    "RUN_NAMES",
     "RUN_STATES",
     "Base",
     "EnergyReading",
@@ -97,30 +100,13 @@ class Host(Base):
 
     @classmethod
     def from_record(cls, record: HostRecord) -> "Host":
-        return cls(
-            fingerprint=record.fingerprint,
-            hostname=record.hostname,
-            cpu_model=record.cpu_model,
-            cpu_physical_cores=record.cpu_physical_cores,
-            cpu_logical_cores=record.cpu_logical_cores,
-            memory_bytes=record.memory_bytes,
-            gpus=list(record.gpus),
-            gpu_driver=record.gpu_driver,
-            os=record.os,
-        )
+        return cls(**column_values(record, _HOST_NAMES))
 
     def to_record(self) -> HostRecord:
-        return HostRecord(
-            fingerprint=self.fingerprint,
-            hostname=self.hostname,
-            cpu_model=self.cpu_model,
-            cpu_physical_cores=self.cpu_physical_cores,
-            cpu_logical_cores=self.cpu_logical_cores,
-            memory_bytes=self.memory_bytes,
-            gpus=tuple(self.gpus),
-            gpu_driver=self.gpu_driver,
-            os=self.os,
-        )
+        return HostRecord(**field_values(self, HostRecord, _HOST_NAMES))
+
+
+_HOST_NAMES = shared_names(Host, HostRecord)
 
 
 class Model(Base):
@@ -171,35 +157,17 @@ class Run(Base):
 
     def to_record(self) -> RunRecord:
         return RunRecord(
-            model_name=self.model.name,
-            model_path=self.model.path,
-            model_sha256=self.model.sha256,
-            engine=self.engine,
-            engine_settings=self.engine_settings,
-            suite=self.suite,
-            options=self.options,
-            energy_scope=self.energy_scope,
-            energy_method=self.energy_method,
-            sandbox_isolation=self.sandbox_isolation,
-            tool_version=self.tool_version,
-            state=self.state,
-            started_at=self.started_at,
-            finished_at=self.finished_at,
-            idle_power_w=self.idle_power_w,
-            summary=self.summary,
-            id=self.id,
             host=self.host.to_record() if self.host is not None else None,
-            model_quantisation=self.model.quantisation,
-            model_parameters=self.model.parameters,
-            model_kind=self.model.kind,
-            model_kind_evidence=self.model.kind_evidence,
-            energy_coverage=self.energy_coverage,
-            idle_after_power_w=self.idle_after_power_w,
-            process_host=self.process_host,
-            process_pid=self.process_pid,
-            heartbeat_at=self.heartbeat_at,
-            concurrency=self.concurrency,
+            **field_values(self, RunRecord, RUN_NAMES),
+            **field_values(self.model, RunRecord, RUN_MODEL_NAMES, prefix="model_"),
         )
+
+
+# A run record's model_* fields are the model row's columns; its host is the host row.
+RUN_MODEL_NAMES = shared_names(Model, RunRecord, prefix="model_")
+RUN_NAMES = shared_names(
+    Run, RunRecord, elsewhere={"host", *(f"model_{name}" for name in RUN_MODEL_NAMES)}
+)
 
 
 class TaskResult(Base):
@@ -236,50 +204,14 @@ class TaskResult(Base):
     def from_record(cls, run_id: str, record: TaskResultRecord) -> "TaskResult":
         return cls(
             run_id=run_id,
-            task_id=record.task_id,
-            samples=record.samples,
-            passed=record.passed,
-            latency_s=record.latency_s,
-            ttft_s=record.ttft_s,
-            decode_tokens_per_s=record.decode_tokens_per_s,
-            prompt_tokens=record.prompt_tokens,
-            completion_tokens=record.completion_tokens,
-            energy_j=record.energy_j,
-            net_energy_j=record.net_energy_j,
-            energy_null_reason=record.energy_null_reason,
-            completions=list(record.completions),
-            statuses=list(record.statuses),
             energy_readings=[EnergyReading.from_record(energy) for energy in record.energy],
-            tail_energy_j=record.tail_energy_j,
-            prefill_energy_j=record.prefill_energy_j,
-            decode_energy_j=record.decode_energy_j,
-            overlapped=record.overlapped,
-            shared=record.shared,
-            mean_batch=record.mean_batch,
+            **column_values(record, _TASK_NAMES),
         )
 
     def to_record(self) -> TaskResultRecord:
         return TaskResultRecord(
-            task_id=self.task_id,
-            samples=self.samples,
-            passed=self.passed,
-            latency_s=self.latency_s,
-            ttft_s=self.ttft_s,
-            decode_tokens_per_s=self.decode_tokens_per_s,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            energy_j=self.energy_j,
-            net_energy_j=self.net_energy_j,
-            energy_null_reason=self.energy_null_reason,
-            completions=tuple(self.completions),
-            statuses=tuple(self.statuses),
             energy=tuple(reading.to_record() for reading in self.energy_readings),
-            tail_energy_j=self.tail_energy_j,
-            prefill_energy_j=self.prefill_energy_j,
-            decode_energy_j=self.decode_energy_j,
-            overlapped=self.overlapped,
-            shared=self.shared,
-            mean_batch=self.mean_batch,
+            **field_values(self, TaskResultRecord, _TASK_NAMES),
         )
 
 
@@ -303,28 +235,14 @@ class EnergyReading(Base):
 
     @classmethod
     def from_record(cls, record: EnergyRecord) -> "EnergyReading":
-        return cls(
-            source=record.source,
-            domain=record.domain,
-            method=record.method,
-            energy_j=record.energy_j,
-            net_energy_j=record.net_energy_j,
-            idle_power_w=record.idle_power_w,
-            null_reason=record.null_reason,
-            low_resolution=record.low_resolution,
-        )
+        return cls(**column_values(record, _ENERGY_NAMES))
 
     def to_record(self) -> EnergyRecord:
-        return EnergyRecord(
-            source=self.source,
-            domain=self.domain,
-            method=self.method,
-            energy_j=self.energy_j,
-            net_energy_j=self.net_energy_j,
-            idle_power_w=self.idle_power_w,
-            null_reason=self.null_reason,
-            low_resolution=self.low_resolution,
-        )
+        return EnergyRecord(**field_values(self, EnergyRecord, _ENERGY_NAMES))
+
+
+_ENERGY_NAMES = shared_names(EnergyReading, EnergyRecord)
+_TASK_NAMES = shared_names(TaskResult, TaskResultRecord, elsewhere={"energy"})
 
 
 class PowerTraceChunk(Base):

@@ -2,12 +2,13 @@
 energy (per source, with method), so `ipw` can show the joules of a coding session afterwards.
 """
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy import JSON, Boolean, Float, Integer, String, false, select
 from sqlalchemy.orm import Mapped, mapped_column
 
+from openjarvis.store.mapping import column_values, field_values, shared_names
 from openjarvis.store.models import Base, UTCDateTime
 from openjarvis.store.store import Store
 
@@ -79,12 +80,10 @@ class RequestLog(Base):
     prefill_saved_j: Mapped[float | None] = mapped_column(Float)
 
     def to_record(self) -> RequestLogRecord:
-        values = {name: getattr(self, name) for name in _FIELDS}
-        return RequestLogRecord(**{**values, "energy_sources": list(self.energy_sources)})
+        return RequestLogRecord(**field_values(self, RequestLogRecord, _FIELDS))
 
 
-# The record's fields are the table's columns, by name.
-_FIELDS = tuple(f.name for f in fields(RequestLogRecord))
+_FIELDS = shared_names(RequestLog, RequestLogRecord)
 
 
 # These functions write and read their own tables through Store.session(), one transaction each.
@@ -93,9 +92,8 @@ _FIELDS = tuple(f.name for f in fields(RequestLogRecord))
 def log_request(store: Store, record: RequestLogRecord) -> int:
     """Save one request and commit at once; returns its id."""
     with store.session() as session:
-        values = {name: getattr(record, name) for name in _FIELDS if name != "id"}
+        values = column_values(record, (name for name in _FIELDS if name != "id"))
         values["started_at"] = record.started_at or datetime.now(UTC)
-        values["energy_sources"] = list(record.energy_sources)
         row = RequestLog(**values)
         session.add(row)
         session.flush()

@@ -20,7 +20,9 @@ from sqlalchemy.orm import QueryableAttribute, Session, sessionmaker
 from openjarvis.errors import UserError
 from openjarvis.records import HostRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 from openjarvis.store.liveness import refuse_if_live, this_process
+from openjarvis.store.mapping import column_values
 from openjarvis.store.models import (
+    RUN_NAMES,
     RUN_STATES,
     Host,
     Model,
@@ -313,25 +315,7 @@ def run_row(session: Session, run: RunRecord, run_id: str) -> Run:
         id=run_id,
         host_id=_host_id(session, run.host) if run.host is not None else None,
         model_id=_model_id(session, run),
-        engine=run.engine,
-        engine_settings=run.engine_settings,
-        suite=run.suite,
-        options=run.options,
-        state=run.state,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        tool_version=run.tool_version,
-        energy_scope=run.energy_scope,
-        energy_method=run.energy_method,
-        sandbox_isolation=run.sandbox_isolation,
-        idle_power_w=run.idle_power_w,
-        summary=run.summary,
-        energy_coverage=run.energy_coverage,
-        idle_after_power_w=run.idle_after_power_w,
-        process_host=run.process_host,
-        process_pid=run.process_pid,
-        heartbeat_at=run.heartbeat_at,
-        concurrency=run.concurrency,
+        **column_values(run, (name for name in RUN_NAMES if name != "id")),
     )
 
 
