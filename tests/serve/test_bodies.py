@@ -52,6 +52,11 @@ def _post(server: EnergyServer, path: str, content: bytes | str) -> httpx.Respon
             "temperature",
             "valid number",
         ),
+        (
+            '{"messages": [{"role": "user", "content": "x"}], "temperature": 5}',
+            "temperature",
+            "less than or equal to 2",
+        ),
         ('{"messages": [{"role": "user", "content": "x"}], "stop": 5}', "stop", "list of strings"),
         (
             '{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}',

@@ -100,7 +100,8 @@ class _Body(BaseModel):
     max_tokens: _PositiveInt | None = None
     max_completion_tokens: _PositiveInt | None = None
     stop: str | list[str] | None = None
-    temperature: Annotated[_Number, Field(ge=0)] | None = None  # null: the API's default, 1
+    # OpenAI's range; null is the API's default, 1.
+    temperature: Annotated[_Number, Field(ge=0, le=2)] | None = None
     seed: Annotated[int, Field(strict=True)] | None = None
     stream: _Flag = False
     stream_options: _StreamOptions | None = None
