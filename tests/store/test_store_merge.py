@@ -8,6 +8,7 @@ import hashlib
 import random
 import sqlite3
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,14 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from openjarvis.errors import UserError
 from openjarvis.store import (
+    RequestLogRecord,
     Store,
+    log_request,
     merge_all,
     merge_into,
     open_merge_source,
     open_store,
+    request_logs,
 )
 from tests.store.conftest import downgrade
 from tests.synthetic import add_run, make_host
@@ -203,3 +207,48 @@ def test_merging_several_sources_is_all_or_nothing(tmp_path: Path) -> None:
             merge_all(target, [one, two])
         assert [run.id for run in target.list_runs()] == [kept]
     assert row_counts(f"sqlite:///{target_path}")["task_result"] == 1
+
+
+def _logged(model: str, tokens: int, started_at: datetime) -> RequestLogRecord:
+    return RequestLogRecord(
+        endpoint="/v1/chat/completions",
+        model_name=model,
+        engine="llamacpp",
+        stream=True,
+        prompt_tokens=12,
+        completion_tokens=tokens,
+        finish_reason="stop",
+        wall_s=0.5 + tokens / 100,
+        ttft_s=0.1,
+        decode_tokens_per_s=40.0,
+        energy_j=3.0 * tokens,
+        net_energy_j=2.0 * tokens,
+        energy_method="counter",
+        energy_scope="accelerator",
+        energy_null_reason=None,
+        shared=tokens % 2 == 0,
+        mean_batch=2.0,
+        started_at=started_at,
+    )
+
+
+def test_the_request_log_travels_with_a_merge_once(store: Store, laptop_db: str) -> None:
+    """`jarvis serve`'s request log is copied (its rows have no id shared across databases: they
+    match by when they started and what they were), and merging again adds none."""
+    start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    log_request(store, _logged("gemma", 5, start))  # the target's own request
+    with open_store(laptop_db) as laptop:
+        theirs = [_logged("gemma", n, start + timedelta(seconds=n)) for n in (5, 8, 13)]
+        for record in theirs:
+            log_request(laptop, record)
+        counts = merge_into(store, laptop)
+        # The first of theirs started at another second than the target's own: all three new.
+        assert counts.requests_added == 3
+        assert merge_into(store, laptop).requests_added == 0
+        merged = request_logs(store)
+    assert len(merged) == 4
+    assert [(r.completion_tokens, r.shared, r.energy_j) for r in merged[1:]] == [
+        (5, False, 15.0),
+        (8, True, 24.0),
+        (13, False, 39.0),
+    ]

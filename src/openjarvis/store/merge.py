@@ -1,7 +1,9 @@
-"""Copying runs from one results database into another, for `ipw db merge` and `ipw db export`.
+"""Copying runs, and `jarvis serve`'s request log, from one results database into another, for
+`ipw db merge` and `ipw db export`.
 
-Idempotent: hosts match by fingerprint, models by (name, sha256), runs by id, so merging the
-same database twice leaves one copy of each run. All or nothing: one transaction for everything.
+Idempotent: hosts match by fingerprint, models by (name, sha256), runs by id, logged requests by
+when they started and what they were, so merging the same database twice leaves one copy of
+each. All or nothing: one transaction for everything.
 """
 
 from collections.abc import Sequence
@@ -11,11 +13,13 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from openjarvis.store.models import PowerTraceChunk, Run, TaskResult
+from openjarvis.store.requests import RequestLog
 from openjarvis.store.store import Store, run_row
 
 __all__ = ["MergeCounts", "merge_all", "merge_into"]
 
 TRACE_CHUNKS_PER_BATCH = 64  # chunks per read and insert: about 16 MiB at a time
+REQUESTS_PER_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +27,7 @@ class MergeCounts:
     added: int  # runs the target did not have
     replaced: int  # runs the target had in an earlier state (fewer tasks, or not complete)
     unchanged: int  # runs the target already had as far along
+    requests_added: int = 0  # `jarvis serve` request log rows the target did not have
 
 
 def merge_into(target: Store, source: Store) -> MergeCounts:
@@ -69,7 +74,45 @@ def _merge_source(writing: Session, source: Store) -> MergeCounts:
         # a later source replace it within this transaction.
         writing.flush()
         writing.expunge_all()
-    return MergeCounts(added, replaced, unchanged)
+    return MergeCounts(added, replaced, unchanged, _merge_requests(writing, source))
+
+
+# What identifies a logged request across databases (its row id is local to each): when it
+# started, where, on which model, and its tokens and time.
+_REQUEST_KEY = (
+    "started_at",
+    "endpoint",
+    "model_name",
+    "prompt_tokens",
+    "completion_tokens",
+    "wall_s",
+)
+
+
+def _merge_requests(writing: Session, source: Store) -> int:
+    """Copy the request log rows the target lacks; returns how many."""
+    key_columns = [RequestLog.__table__.columns[name] for name in _REQUEST_KEY]
+    copied = [c for c in RequestLog.__table__.columns if c.name != "id"]
+    present = {tuple(row) for row in writing.execute(select(*key_columns))}
+    added = 0
+    with source.session() as reading:
+        rows = reading.execute(
+            select(*copied)
+            .order_by(RequestLog.started_at, RequestLog.id)
+            .execution_options(yield_per=REQUESTS_PER_BATCH)
+        )
+        for batch in rows.partitions():
+            new = []
+            for row in batch:
+                values = row._asdict()
+                key = tuple(values[name] for name in _REQUEST_KEY)
+                if key not in present:
+                    present.add(key)
+                    new.append(values)
+            if new:
+                writing.execute(insert(RequestLog), new)
+                added += len(new)
+    return added
 
 
 def _progress(session: Session, run_id: str) -> tuple[bool, int] | None:
