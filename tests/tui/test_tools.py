@@ -215,3 +215,26 @@ def test_a_turn_stops_after_the_most_tool_calls_it_may_make(
             assert any(f"Stopped: {MAX_TOOL_ROUNDS} tool calls" in n for n in notices)
 
     run(scenario())
+
+
+def test_an_identical_repeated_call_is_not_run_again_and_the_model_is_told(
+    make_app: Callable[..., AssistantApp],
+) -> None:
+    """A base model repeating the system prompt's example call: the second identical call of the
+    turn runs nothing, says so in its panel, and tells the model to use the first result."""
+    call = "<tool read_file>\nhello.py\n</tool>"
+    engine = ScriptedEngine([call, call, "It greets."])
+    app = make_app(engine)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            await ask(pilot, "what does hello.py do?")
+            await settle(pilot)
+            first, second = app.query(ToolView)
+            assert "repeated" not in str(first.title)
+            assert str(second.title).endswith("· repeated, not run again")
+            assert "the same call as call 1 of this turn" in last_user_turn(engine)
+            assert 'print("hello")' not in last_user_turn(engine)
+
+    run(scenario())

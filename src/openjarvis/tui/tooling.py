@@ -37,9 +37,13 @@ class ToolRunner:
         self.shell_timeout_s = shell_timeout_s
         self.always: set[str] = set()  # "edit", "run": approved for the rest of the session
         self.rounds = 0  # calls in the current turn
+        # The calls of the current turn, by name and body, with the round each came in: a
+        # small model can repeat one call (the system prompt's example) turn after turn.
+        self.made: dict[tuple[str, str], int] = {}
 
     def new_turn(self) -> None:
         self.rounds = 0
+        self.made.clear()
 
     def next_round(self) -> bool:
         """Count a call; False once the turn has had MAX_TOOL_ROUNDS."""
@@ -47,7 +51,16 @@ class ToolRunner:
         return self.rounds <= MAX_TOOL_ROUNDS
 
     def prepare(self, call: ToolCall) -> ToolOutcome | PendingEdit | PendingCommand:
-        """Read, list or search (slow in a large tree), or plan the edit or command."""
+        """Read, list or search (slow in a large tree), or plan the edit or command; a call
+        identical to one made earlier in the turn is not made again, and the model is told."""
+        key = (call.name, call.body.strip())
+        if (first := self.made.get(key)) is not None:
+            told = (
+                f"not run: this is the same call as call {first} of this turn, whose result is "
+                "above; use it, make a different call, or answer the user"
+            )
+            return ToolOutcome(call, f"{summary(call)} · repeated, not run again", told, told)
+        self.made[key] = self.rounds
         try:
             outcome = prepare(self.workspace, call)
         except ToolRefused as refusal:
