@@ -1,9 +1,11 @@
 import math
+from dataclasses import replace
 
 import pytest
 
 from openjarvis.evals.intervals import small_n_caution, wilson
-from openjarvis.evals.metrics import TaskFigures, UnionEnergy, compute_figures
+from openjarvis.evals.metrics import TaskFigures, UnionEnergy, compute_figures, window_flags
+from openjarvis.records import TaskResultRecord
 
 
 def _task(
@@ -173,3 +175,25 @@ def test_the_small_n_caution_is_built_from_the_actual_counts() -> None:
         "small n, 3 tasks (0 of 3 passed: 0% to 56% at 95 %); read differences as tentative"
     )
     assert small_n_caution(30, [(0, 30)]) is None
+
+
+def test_samples_that_could_not_be_scored_are_counted_apart_from_fails() -> None:
+    """A judge that gave no verdict scores `error`: not a pass, and counted as such so that
+    the summary can say how many of the fails are errors."""
+    judged = TaskResultRecord(
+        task_id="t1",
+        samples=3,
+        passed=1,
+        latency_s=1.0,
+        ttft_s=None,
+        decode_tokens_per_s=None,
+        prompt_tokens=5,
+        completion_tokens=5,
+        energy_j=None,
+        net_energy_j=None,
+        energy_null_reason="no-device",
+        completions=("a", "b", "c"),
+        statuses=("passed", "error", "failed"),
+    )
+    flags = window_flags([judged, replace(judged, task_id="t2", statuses=("error",) * 3)])
+    assert (flags["samples"], flags["scoring_errors"]) == (6, 4)

@@ -428,7 +428,10 @@ LARGE_TAIL_SHARE = 0.25
 
 
 def window_flags(records: Sequence[TaskResultRecord]) -> dict[str, int]:
-    """How many tasks had windows short for the counters, overlapping others, or a large tail.
+    """How many tasks had windows short for the counters, overlapping others, or a large tail,
+    and how many samples could not be scored (`scoring_errors`: a judge that gave no verdict,
+    a test run that could not start) of all `samples`: they count as not passed, and the
+    summary says how many.
 
     A task that overlapped others on an engine that said what work each did has its share by
     that work (`shared`), so only overlaps split by time are counted."""
@@ -446,6 +449,8 @@ def window_flags(records: Sequence[TaskResultRecord]) -> dict[str, int]:
         "low_resolution": sum(any(e.low_resolution for e in r.energy) for r in records),
         "overlapped": sum(r.overlapped and not r.shared for r in records),
         "large_tail": large_tail,
+        "samples": sum(r.samples for r in records),
+        "scoring_errors": sum(status == "error" for r in records for status in r.statuses),
     }
 
 
