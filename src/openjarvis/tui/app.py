@@ -195,6 +195,7 @@ class AssistantApp(App[None]):
         if self.model is not None:
             self.model.engine.close()
             self.chat.conversation.forget_counts()
+            self.chat.prefill_price.forget()
         self.model = event.model
         self.status.model = event.model.name
         if event.model.note:  # on screen before "ready", so it is read before the first question
@@ -319,8 +320,8 @@ class AssistantApp(App[None]):
             return
         assert energy is not None, "a completed reply always has its energy"
         prose, call, content = split_reply(completion)
-        self.chat.add_reply(self.model.name, completion, content, energy)
-        await self._reply.finish(prose, reply_footer(completion, energy))
+        saved_j = self.chat.add_reply(self.model.name, completion, content, energy)
+        await self._reply.finish(prose, reply_footer(completion, energy, saved_j))
         self.refresh_status()
         if call is None:
             self.set_activity("ready", False)

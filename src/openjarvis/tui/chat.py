@@ -4,6 +4,7 @@ log of it in the database, and the energy totals, always changed together.
 
 from pathlib import Path
 
+from openjarvis.power.reuse import PrefillPrice
 from openjarvis.runtime.types import ChatRequest, Completion
 from openjarvis.store import Store
 from openjarvis.tui.conversation import ContextCheck, Conversation, Message, Role
@@ -27,6 +28,7 @@ class Chat:
         self.conversation = Conversation(system_prompt(str(working_dir)))
         self.log = SessionLog(store, working_dir, resume_session)
         self.energy = SessionEnergy()
+        self.prefill_price = PrefillPrice()  # prices the prefill a cached prefix saved
         self._reply_budget = reply_tokens
 
     def resume(self) -> list[Message]:
@@ -52,14 +54,18 @@ class Chat:
 
     def add_reply(
         self, model_name: str, completion: Completion, content: str, energy: ReplyEnergy
-    ) -> Message:
-        """A finished reply: its counts make the context exact; its energy joins the totals."""
+    ) -> float | None:
+        """A finished reply: its counts make the context exact; its energy joins the totals.
+        Returns the prefill joules its cached prompt tokens saved (None: unknown)."""
         self.energy.add(model_name, energy, completion.completion_tokens, completion.cost_usd)
         message = self.conversation.add_reply(
             content, completion.prompt_tokens, completion.completion_tokens
         )
-        self.log.record(message, model_name, energy, completion.prompt_tokens, completion.cost_usd)
-        return message
+        cached = completion.cached_tokens
+        self.prefill_price.observe(completion.prompt_tokens, cached, energy.prefill_j)
+        saved_j = self.prefill_price.saved_j(cached)
+        self.log.record(message, model_name, energy, completion, saved_j)
+        return saved_j
 
     def add_unkept_reply(self, model_name: str, energy: ReplyEnergy) -> None:
         """A stopped or failed reply: not in the context, but its joules were spent."""

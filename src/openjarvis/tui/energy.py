@@ -27,6 +27,8 @@ class MeteredWindow(Protocol):
     @property
     def result(self) -> WindowEnergy: ...
 
+    def mark_first_token(self, time_s: float) -> None: ...
+
 
 class NamedSource(Protocol):
     @property
@@ -65,10 +67,13 @@ class ReplyEnergy:
     method: str | None  # counter | integrated | estimate
     null_reason: str | None
     basis: str | None = None  # what a cloud estimate was computed from
+    prefill_j: float | None = None  # up to the first token (measured replies only)
 
     @classmethod
     def measured(cls, window: WindowEnergy) -> "ReplyEnergy":
-        return cls(window.energy_j, window.method, window.null_reason)
+        return cls(
+            window.energy_j, window.method, window.null_reason, prefill_j=window.prefill_energy_j
+        )
 
     @classmethod
     def estimated(cls, estimate: EnergyEstimate) -> "ReplyEnergy":

@@ -47,10 +47,14 @@ class ReplyStream:
             with self._meter.window("jarvis reply") as window:
                 stream = self._engine.stream(self._request)
                 try:
-                    completion = self._relay(stream, relay)
+                    last = self._relay(stream, relay)
                 finally:
                     if isinstance(stream, Generator):
                         stream.close()  # frees the engine at once when the reply was stopped
+                completion = last.completion if last else None
+                if last and completion and completion.ttft_s is not None:
+                    # The prompt's energy apart from the reply's: the window splits there.
+                    window.mark_first_token(last.time_s - completion.wall_s + completion.ttft_s)
         except UserError as error:
             return ReplyOutcome(None, None, str(error))
         estimate = completion.energy_estimate if completion else None
@@ -59,10 +63,10 @@ class ReplyStream:
         )
         return ReplyOutcome(completion, energy, None if completion else "stopped")
 
-    def _relay(self, stream: Iterator[StreamChunk], relay: Relay) -> Completion | None:
+    def _relay(self, stream: Iterator[StreamChunk], relay: Relay) -> StreamChunk | None:
         """Relay the stream's text in batches, one per FLUSH_S rather than one per token, which
-        keeps the UI's share of the CPU small while the model decodes. Returns the completion,
-        or None when the user stopped the reply."""
+        keeps the UI's share of the CPU small while the model decodes. Returns the last chunk
+        (with the completion), or None when the user stopped the reply."""
         pending: list[str] = []
         first_s = posted_s = 0.0
         for chunk in stream:
@@ -75,7 +79,7 @@ class ReplyStream:
                 relay("".join(pending), len(pending), first_s)
                 pending, posted_s = [], chunk.time_s
             if chunk.completion is not None:
-                return chunk.completion
+                return chunk
             if stopping:
                 return None
         raise RuntimeError("the engine's stream ended without a completion")
@@ -91,8 +95,11 @@ def split_reply(completion: Completion) -> tuple[str, ToolCall | None, str]:
     return prose, call, content
 
 
-def reply_footer(completion: Completion, energy: ReplyEnergy) -> str:
-    """The line under a finished reply: joules, joules per token, tokens, speed, dollars."""
+def reply_footer(
+    completion: Completion, energy: ReplyEnergy, prefill_saved_j: float | None = None
+) -> str:
+    """The line under a finished reply: joules, joules per token, tokens, speed, the prompt
+    tokens taken from the engine's cache with the prefill joules that saved, dollars."""
     parts = [format_joules(energy.energy_j, energy.method)]
     if energy.energy_j is None and energy.null_reason:
         parts[0] = f"energy unknown ({energy.null_reason})"
@@ -102,6 +109,11 @@ def reply_footer(completion: Completion, energy: ReplyEnergy) -> str:
     parts.append(f"{completion.completion_tokens} tokens")
     if completion.decode_tokens_per_s is not None:
         parts.append(f"{completion.decode_tokens_per_s:.1f} tok/s")
+    if completion.cached_tokens is not None:
+        reuse = f"{completion.cached_tokens:,}/{completion.prompt_tokens:,} prompt tokens cached"
+        if prefill_saved_j is not None:
+            reuse += f", ≈{format_joules(prefill_saved_j, None)} prefill saved"
+        parts.append(reuse)
     if completion.cost_usd is not None:
         parts.append(f"${completion.cost_usd:.4f}")
     if completion.finish_reason == "length":

@@ -6,6 +6,7 @@ The session row is created with the first message, so opening and quitting leave
 from pathlib import Path
 
 from openjarvis.errors import UserError
+from openjarvis.runtime.types import Completion
 from openjarvis.store import (
     AssistantMessageRecord,
     Store,
@@ -47,8 +48,8 @@ class SessionLog:
         message: Message,
         model_name: str,
         energy: ReplyEnergy | None = None,
-        prompt_tokens: int | None = None,
-        cost_usd: float | None = None,
+        completion: Completion | None = None,
+        prefill_saved_j: float | None = None,
     ) -> None:
         if self.session_id is None:
             self.session_id = create_assistant_session(
@@ -61,12 +62,15 @@ class SessionLog:
             context_tokens=message.context_tokens,
             context_tokens_exact=message.exact,
             model_name=model_name if is_reply else None,
-            prompt_tokens=prompt_tokens,
+            prompt_tokens=completion.prompt_tokens if completion else None,
             completion_tokens=message.context_tokens if is_reply else None,
             energy_j=energy.energy_j if energy else None,
             energy_method=energy.method if energy else None,
             energy_null_reason=energy.null_reason if energy else None,
-            cost_usd=cost_usd,
+            cost_usd=completion.cost_usd if completion else None,
+            cached_tokens=completion.cached_tokens if completion else None,
+            prefill_energy_j=energy.prefill_j if energy else None,
+            prefill_saved_j=prefill_saved_j,
             in_context=message.in_context,
         )
         message.store_id = add_assistant_message(self._store, self.session_id, record)
