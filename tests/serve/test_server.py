@@ -158,7 +158,8 @@ def test_errors_reach_the_client_as_openai_errors(server: EnergyServer) -> None:
 
 def test_cloud_engine_against_the_server(server: EnergyServer, engine: LlamaCppEngine) -> None:
     """The cloud engine's OpenAI dialect against a real OpenAI-compatible server."""
-    settings = CloudSettings("openai", "gemma-3-270m-Q4_K_M", base_url=server.url)
+    # The per-token estimate, as for a remote API (on loopback it would be metered here).
+    settings = CloudSettings("openai", "gemma-3-270m-Q4_K_M", base_url=server.url, meter="estimate")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OPENAI_API_KEY", KEY)
         cloud = CloudEngine(settings)

@@ -45,6 +45,7 @@ from openjarvis.serve.admission import (
     check_limits,
 )
 from openjarvis.serve.generation import Finished, Generation
+from openjarvis.serve.metrics import CONTENT_TYPE, ServeMetrics
 from openjarvis.serve.protocol import (
     BadRequest,
     ChatBody,
@@ -168,6 +169,7 @@ class EnergyServer:
         self._generations: set[Generation] = set()
         self._generations_lock = threading.Lock()
         try:
+        self.metrics = ServeMetrics(engine.model_name, in_flight=lambda: len(self._generations))
             self._socket = socket.create_server((host, port))
         except OSError as error:  # create_server appends the address to strerror: use errno
             reason = os.strerror(error.errno) if error.errno else str(error)
@@ -238,6 +240,11 @@ class EnergyServer:
             return {"status": "ok"}
 
         @app.get("/v1/models")
+        @app.get("/metrics")
+        async def metrics(request: Request) -> Response:
+            self._authorise(request)  # with --api-key, Prometheus sends it as a bearer token
+            return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
         async def models(request: Request) -> dict[str, object]:
             self._authorise(request)
             model = {
@@ -372,6 +379,7 @@ class EnergyServer:
         started_at: datetime,
     ) -> None:
         prefill_j = energy.get("prefill_energy_j")
+        self.metrics.observe(endpoint, completion, energy)
         self.prefill_price.observe(completion.prompt_tokens, completion.cached_tokens, prefill_j)
         if self.store is None:
             return
