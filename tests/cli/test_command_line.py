@@ -147,7 +147,7 @@ def test_runs_since_without_an_offset_is_local_time(tmp_path: Path) -> None:
 
 def test_one_function_in_cli_formats_an_estimate() -> None:
     """`ipw measure`, `show`, `compare` and `score` write `value [low, high]` through
-    results.interval_text (over report.runs.format_interval); a second formatter drifts."""
+    figure_text.interval_text (over report.runs.format_interval); a second formatter drifts."""
     cli = Path(__file__).parents[2] / "src" / "openjarvis" / "cli"
     taking_an_estimate = [
         f"{path.name}:{node.name}"
@@ -159,7 +159,7 @@ def test_one_function_in_cli_formats_an_estimate() -> None:
             for arg in node.args.args
         )
     ]
-    assert taking_an_estimate == ["results.py:interval_text"]
+    assert taking_an_estimate == ["figure_text.py:interval_text"]
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from openjarvis.cli.results import interval_text
+from openjarvis.cli.figure_text import interval_text
 from openjarvis.evals.metrics import Estimate
 from openjarvis.evals.suites import reference_solutions
 

@@ -12,8 +12,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from openjarvis.cli.figure_text import interval_text
+from openjarvis.cli.options import DatabaseOption, JsonOption
 from openjarvis.cli.output import readable, stdout_console
-from openjarvis.cli.results import DatabaseOption, JsonOption, interval_text
 from openjarvis.errors import UserError
 from openjarvis.evals.metrics import (
     COMPARED_FIGURES,

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from openjarvis.cli.results import DatabaseOption
+from openjarvis.cli.options import DatabaseOption
 from openjarvis.errors import UserError
 from openjarvis.store import (
     MergeCounts,

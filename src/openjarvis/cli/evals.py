@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from openjarvis.cli.results import interval_text
+from openjarvis.cli.figure_text import interval_text
 from openjarvis.evals.completions import ScoreReport, score_file
 from openjarvis.evals.suites import list_suites
 

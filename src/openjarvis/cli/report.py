@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from openjarvis.cli.results import SINCE_HELP, DatabaseOption, parse_since
+from openjarvis.cli.options import SINCE_HELP, DatabaseOption, parse_since
 from openjarvis.errors import UserError
 from openjarvis.store import PowerSeries, RunRecord, Store, open_reader
 

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from openjarvis.cli.options import SINCE_HELP, parse_since
 from openjarvis.cli.output import readable, stdout_console
-from openjarvis.cli.results import SINCE_HELP, parse_since
 
 __all__ = ["requests_command"]
 

@@ -5,16 +5,16 @@ Figures come from evals.metrics; row shapes and number formatting from report.ru
 
 import dataclasses
 import json
-from collections.abc import Mapping
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from openjarvis.cli.figure_text import concurrency_rows, interval_text, phase_text, windows_text
+from openjarvis.cli.options import SINCE_HELP, DatabaseOption, JsonOption, parse_since
 from openjarvis.cli.output import readable, stdout_console
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import NONE_PASSED, Estimate, RunFigures, phase_energy, run_figures
+from openjarvis.evals.metrics import RunFigures, phase_energy, run_figures
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
@@ -23,7 +23,6 @@ from openjarvis.report.runs import (
     coverage_names,
     energy_label,
     figure,
-    format_interval,
     format_value,
     host_label,
     mark_estimate,
@@ -34,39 +33,7 @@ from openjarvis.report.runs import (
 )
 from openjarvis.store import RunRecord, TaskResultRecord, open_reader, shown_state
 
-__all__ = [
-    "SINCE_HELP",
-    "DatabaseOption",
-    "JsonOption",
-    "concurrency_rows",
-    "interval_text",
-    "parse_since",
-    "phase_text",
-    "runs_command",
-    "show_command",
-]
-
-DatabaseOption = Annotated[
-    str | None, typer.Option("--db", help="Database URL or path (or OPENJARVIS_DB)")
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")]
-
-
-# Every --since (runs, report, requests) says the same; parse_since applies it.
-SINCE_HELP = "local time unless it has an offset: 2026-01-31, 2026-01-31T14:00, ...T14:00+00:00"
-
-
-def parse_since(text: str | None) -> datetime | None:
-    """A date or date-time as users type it; without an offset it is local time."""
-    if text is None:
-        return None
-    try:
-        return datetime.fromisoformat(text).astimezone()
-    except ValueError:
-        raise UserError(
-            f"--since takes a date or local time such as 2026-01-31 or 2026-01-31T14:00, "
-            f"not {text!r}"
-        ) from None
+__all__ = ["runs_command", "show_command"]
 
 
 def runs_command(
@@ -235,69 +202,6 @@ def _process_text(run: RunRecord) -> str:
         return "—"
     beat = run.heartbeat_at.astimezone().isoformat(timespec="seconds") if run.heartbeat_at else "—"
     return f"pid {run.process_pid} on {run.process_host} · last heartbeat {beat}"
-
-
-def interval_text(estimate: Estimate) -> str:
-    """An estimate as every `ipw` table shows it: `value [low, high]`, `—` when unknown, and a
-    ratio over a run that passed nothing as `0 (none passed)` (no interval bounds it)."""
-    if estimate.null_reason == NONE_PASSED and estimate.value is not None:
-        return f"{format_value(estimate.value)} (none passed)"
-    return format_interval(estimate.value, estimate.low, estimate.high)
-
-
-def concurrency_rows(figures: object) -> list[tuple[str, str]]:
-    """The rows of a run measured with tasks in flight at once: how many, how many tasks
-    shared the engine at what mean batch, and the exact J per task (the union of this
-    process's windows over its tasks); none for a run of one task at a time. Takes the dict
-    `ipw measure` stores in a run's summary ("concurrency")."""
-    if not isinstance(figures, dict) or not figures.get("concurrency", 1) > 1:
-        return []
-
-    def number(key: str) -> float | None:
-        value = figures.get(key)
-        return float(value) if isinstance(value, int | float) else None
-
-    shared = (
-        f"{figures.get('concurrency')} · {figures.get('shared_tasks')} tasks shared the engine"
-        f" · mean batch {format_value(number('mean_batch'), 2)}"
-    )
-    union = (
-        f"{format_value(number('joules_per_task'))} · net "
-        f"{format_value(number('net_joules_per_task'))} "
-        f"(union of the windows of {figures.get('union_tasks')} tasks)"
-    )
-    return [("tasks in flight", shared), ("J per task, exact · net", union)]
-
-
-def phase_text(phase: Mapping[str, float | None]) -> str:
-    """Prefill J per prompt token / decode J per output token, from `phase_energy`'s dict."""
-    return (
-        f"{format_value(phase.get('prefill_j_per_prompt_token'))} / "
-        f"{format_value(phase.get('decode_j_per_output_token'))}"
-    )
-
-
-def windows_text(flags: object, conservation: object, *, always_ratio: bool) -> str | None:
-    """The tasks whose energy deserves a second look, and whether the windows added up to the
-    counters (always, or only when off by more than 1 %); None when there is nothing to say.
-    Takes the dicts `ipw measure` stores in a run's summary ("windows", "conservation"); with
-    tasks in flight at once, the windows' energies are the tasks' shares of the union."""
-    parts = []
-    if isinstance(flags, dict):
-        for key, text in (
-            ("low_resolution", "shorter than 10 counter refreshes"),
-            ("overlapped", "overlapped other windows"),
-            ("large_tail", "with over a quarter of their net energy in the tail"),
-        ):
-            if flags.get(key):
-                parts.append(f"{flags[key]} of {flags.get('tasks', '?')} tasks {text}")
-    ratio = conservation.get("ratio") if isinstance(conservation, dict) else None
-    if isinstance(ratio, float) and (always_ratio or abs(ratio - 1) > 0.01):
-        parts.append(
-            f"the tasks' net energies (their shares, where they shared the engine) add up to "
-            f"{ratio:.4f} of the counters over the union of their windows"
-        )
-    return "; ".join(parts) or None
 
 
 def _figures_table(run: RunRecord, figures: RunFigures, tasks: list[TaskResultRecord]) -> Table:

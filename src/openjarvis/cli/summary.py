@@ -5,7 +5,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from openjarvis.cli.results import concurrency_rows, interval_text, phase_text, windows_text
+from openjarvis.cli.figure_text import concurrency_rows, interval_text, phase_text, windows_text
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.evals.runner import MeasureResult
 from openjarvis.report.runs import coverage_missing, coverage_names, scope_label
