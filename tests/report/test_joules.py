@@ -147,3 +147,16 @@ def test_a_traced_source_outside_the_scope_is_dashed_and_says_it_is_not_in_the_t
     svg = power_traces_plot([(GPU_RUN, traces)]).svg
     assert "estimate:cpu (not in total)" in svg
     assert "nvml:GPU-aaaa (not in total)" not in svg and "nvml:GPU-aaaa" in svg
+
+
+def test_mean_power_is_the_machines_over_the_union_when_tasks_shared_the_engine() -> None:
+    """Four tasks at once on a board drawing 300 W: each task's share over its own time reads
+    75 W (what the run stored as its mean of shares), below the 110 W idle, which would call a
+    working machine idle. The union of the windows gives the machine's 300 W."""
+    concurrency = {"concurrency": 4, "union_energy_j": 600.0, "union_seconds": 2.0}
+    busy_run = replace(
+        GPU_RUN, summary={"mean_power_w": {"value": 75.0}, "concurrency": concurrency}
+    )
+    split = breakdown(busy_run, TASKS, accounting(busy_run, TASKS), "gemma", "H200")
+    assert split.mean_power_w == pytest.approx(300.0)
+    assert "(110 W idle against 300 W mean)" in breakdown_sentence(split)

@@ -6,6 +6,7 @@ split, so that "this GPU is mostly idle at batch 1" shows at a glance (docs/repo
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from openjarvis.evals.metrics import union_energy
 from openjarvis.report.accounting import Accounting
 from openjarvis.report.runs import coverage_names, figure, is_cloud, is_estimate, mean_if_known
 from openjarvis.store import RunRecord, TaskResultRecord
@@ -121,7 +122,7 @@ def breakdown(
         gross_j=gross,
         idle_floor_j=idle_floor,
         parts=_parts(run, tasks) if tasks else (),
-        mean_power_w=figure(run, "mean_power_w")[0],
+        mean_power_w=_machine_power_w(run),
         idle_power_w=_idle_power_w(run),
         memory_bandwidth_use=float(mbu) if isinstance(mbu, int | float) else None,
         prefill_j=mean_if_known([t.prefill_energy_j for t in tasks]) if tasks else None,
@@ -135,6 +136,14 @@ def breakdown(
         estimated=is_estimate(run),
         cloud=is_cloud(run),
     )
+
+
+def _machine_power_w(run: RunRecord) -> float | None:
+    """The machine's mean power while the run worked: over the union of its windows where the
+    run stored it, else its stored figure (runs measured one task at a time, or earlier)."""
+    union = union_energy((run.summary or {}).get("concurrency"))
+    power_w = union.power_w(net=False) if union is not None else None
+    return power_w if power_w is not None else figure(run, "mean_power_w")[0]
 
 
 def breakdown_sentence(split: Breakdown) -> str:
