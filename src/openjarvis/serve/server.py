@@ -168,8 +168,8 @@ class EnergyServer:
         self.prefill_price = PrefillPrice()  # prices the prefill a cached prefix saved
         self._generations: set[Generation] = set()
         self._generations_lock = threading.Lock()
-        try:
         self.metrics = ServeMetrics(engine.model_name, in_flight=lambda: len(self._generations))
+        try:
             self._socket = socket.create_server((host, port))
         except OSError as error:  # create_server appends the address to strerror: use errno
             reason = os.strerror(error.errno) if error.errno else str(error)
@@ -239,12 +239,12 @@ class EnergyServer:
         async def health() -> dict[str, str]:
             return {"status": "ok"}
 
-        @app.get("/v1/models")
         @app.get("/metrics")
         async def metrics(request: Request) -> Response:
             self._authorise(request)  # with --api-key, Prometheus sends it as a bearer token
             return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
+        @app.get("/v1/models")
         async def models(request: Request) -> dict[str, object]:
             self._authorise(request)
             model = {
@@ -378,8 +378,8 @@ class EnergyServer:
         energy: EnergyField,
         started_at: datetime,
     ) -> None:
-        prefill_j = energy.get("prefill_energy_j")
         self.metrics.observe(endpoint, completion, energy)
+        prefill_j = energy.get("prefill_energy_j")
         self.prefill_price.observe(completion.prompt_tokens, completion.cached_tokens, prefill_j)
         if self.store is None:
             return
