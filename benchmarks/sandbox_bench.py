@@ -34,9 +34,10 @@ from typing import Any
 
 from openjarvis.errors import UserError
 from openjarvis.evals import runner
+from openjarvis.evals.config import RunConfig, prepare
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
-from openjarvis.evals.suites import load_suite, reference_solutions
+from openjarvis.evals.suites import SuiteConfig, load_suite, reference_solutions
 from openjarvis.store import open_store
 
 __all__ = ["main"]
@@ -163,12 +164,13 @@ def measure_overhead(tasks: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="sandbox-bench-db-") as work:
         db_url = str(Path(work) / "bench.db")
-        spec = runner.MeasureSpec(limit=tasks, idle_seconds=0.0, db_url=db_url)
+        config = RunConfig(suite=SuiteConfig(limit=tasks), idle_seconds=0.0)
         runner.score_completions = timed_scoring  # instrumentation only; restored below
         try:
             called = time.perf_counter()
             result = runner.run_measure(
-                spec,
+                prepare(config),
+                db_url,
                 on_start=lambda total: marks.setdefault("start", time.perf_counter()),
                 on_task=lambda *_: marks.__setitem__("last_task", time.perf_counter()),
             )

@@ -69,6 +69,11 @@ class RunRecord:
     process_pid: int | None = None
     heartbeat_at: datetime | None = None
     concurrency: int = 1  # tasks in flight at once (`ipw measure --concurrency`)
+    # The run's configuration (evals/config.py's RunConfig as JSON), which --resume reads back;
+    # None for runs stored before it was.
+    config: dict[str, object] | None = None
+    # The suite's identity by content (evals/suites.py, content_sha256); None: stored before.
+    suite_sha256: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,9 @@ from typer.testing import CliRunner
 from openjarvis.cli.ipw import app
 from openjarvis.cli.summary import print_summary, summary_dict
 from openjarvis.errors import UserError
-from openjarvis.evals.runner import MeasureSpec, run_measure
+from openjarvis.evals.config import RunConfig, prepare
+from openjarvis.evals.runner import run_measure
+from openjarvis.evals.suites import SuiteConfig
 from openjarvis.power import rapl
 from openjarvis.report.runs import energy_label, frontiers
 from openjarvis.runtime.llamacpp import LlamaCppEngine, _ggml_gpu_count
@@ -77,18 +79,18 @@ def test_measure_meters_the_engines_gpus_and_says_when_the_scope_is_partial(
     tmp_path: Path,
 ) -> None:
     db = str(tmp_path / "runs.db")
-    spec = MeasureSpec(limit=1, idle_seconds=0, scope="accelerator", db_url=db)
+    config = RunConfig(suite=SuiteConfig(limit=1), idle_seconds=0, scope="accelerator")
     # The llama.cpp engine on the CPU uses no GPU: both are out of scope, so the accelerator
     # scope holds nothing and the run is refused before it starts (no row written).
     with pytest.raises(UserError) as refused:
-        run_measure(spec)
+        run_measure(prepare(config), db)
     assert f"out of scope: {GPU_A}, {GPU_B}" in str(refused.value)
     assert "--scope system" in str(refused.value) and "--gpus all" in str(refused.value)
     with open_store(db) as store:
         assert store.list_runs() == []
 
     # --gpus all takes both in, and the first cannot be read: the scope is partial.
-    every = run_measure(replace(spec, gpus="all"))
+    every = run_measure(prepare(replace(config, gpus="all")), db)
     assert every.energy_coverage == PARTIAL
     text = printed(every)
     assert f"scope accelerator (partial: {GPU_A} permission)" in text
@@ -99,7 +101,7 @@ def test_measure_meters_the_engines_gpus_and_says_when_the_scope_is_partial(
     with open_store(db) as store:
         stored = store.get_run(every.run_id)
     assert stored.energy_coverage == PARTIAL
-    assert stored.options["gpus"] == "all"  # --resume meters the same GPUs
+    assert stored.config is not None and stored.config["gpus"] == "all"  # --resume: the same
 
     code, output, error = ipw("show", every.run_id, "--db", db)
     assert code == 0, error

@@ -40,6 +40,40 @@ INVALID = {
         "leave out --model, --limit, --samples",
     ),
     "resume of a missing database": (["--resume", "3f2a"], "no database at"),
+    # Each engine's fixed capabilities, checked before the engine starts or a file is written.
+    "llama.cpp past its batch": (
+        ["--concurrency", "5"],
+        "--concurrency 5 is more than the llamacpp engine runs at once (4); use --concurrency 4",
+    ),
+    "torch past its batch": (
+        ["--engine", "torch", "--concurrency", "65"],
+        "--concurrency 65 is more than the torch engine runs at once (64)",
+    ),
+    "cloud past its rate": (
+        ["--engine", "openai", "--model", "m", "--concurrency", "9"],
+        "--concurrency 9 is more than the openai engine runs at once (8)",
+    ),
+    "zero concurrency": (["--concurrency", "0"], "--concurrency must be at least 1 task (got 0)"),
+    "local judge beside concurrent tasks": (
+        ["--judge", "llamacpp", "--concurrency", "2"],
+        "a local judge (llamacpp) keeps its joules apart only between the judged model's tasks",
+    ),
+    "lm-eval option for another suite": (
+        ["--apply-chat-template"],
+        "--num-fewshot, --lm-eval-include and the other lm-eval options are for lm-eval suites",
+    ),
+    "multiturn without a chat template": (
+        ["--suite", "lm-eval:x", "--fewshot-as-multiturn"],
+        "--fewshot-as-multiturn needs --apply-chat-template",
+    ),
+    "lm-eval options in the name": (
+        ["--suite", "lm-eval:x?num_fewshot=2"],
+        "lm-eval options are flags of ipw measure now",
+    ),
+    "resume with an lm-eval option": (
+        ["--resume", "3f2a", "--apply-chat-template"],
+        "leave out --apply-chat-template",
+    ),
 }
 
 

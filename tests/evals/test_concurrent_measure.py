@@ -23,9 +23,10 @@ from typer.testing import CliRunner
 from openjarvis.cli.ipw import app
 from openjarvis.cli.summary import print_summary, summary_dict
 from openjarvis.errors import RunInterrupted, UserError
-from openjarvis.evals import runner
-from openjarvis.evals.runner import MeasureSpec, resume_measure, run_measure
-from openjarvis.evals.suites import load_suite, reference_solutions
+from openjarvis.evals import config, runner
+from openjarvis.evals.config import RunConfig, prepare
+from openjarvis.evals.runner import MeasureResult, resume_measure, run_measure
+from openjarvis.evals.suites import SuiteConfig, load_suite, reference_solutions
 from openjarvis.power import rapl
 from openjarvis.runtime.types import Completion, Request, StreamChunk, WorkPiece
 from openjarvis.store import open_store
@@ -187,7 +188,7 @@ def engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Batching
     (tmp_path / "sys" / "class" / "powercap").mkdir(parents=True)
     monkeypatch.setenv(rapl.SYSFS_ROOT_ENV, str(tmp_path / "sys"))
     fake = BatchingEngine(board)
-    monkeypatch.setattr(runner, "resolve_engine_model", lambda spec: None)
+    monkeypatch.setattr(config, "resolve_engine_model", lambda spec: None)
     monkeypatch.setattr(runner, "open_engine", lambda spec, model: fake.open())
     yield fake
     fake.close()
@@ -199,29 +200,37 @@ def row(table: str, field: str) -> str:
     return " ".join(line.strip("│ ").split())
 
 
-def spec_for(tmp_path: Path, **changes: object) -> MeasureSpec:
-    fields: dict[str, object] = {
-        "suite": SUITE,
-        "limit": 8,
+def measure(
+    tmp_path: Path,
+    limit: int = 8,
+    on_task: runner.ProgressCallback | None = None,
+    **changes: object,
+) -> MeasureResult:
+    """`ipw measure --engine torch --scope accelerator --concurrency 4 --limit 8` on the fakes."""
+    settings: dict[str, object] = {
+        "suite": SuiteConfig(SUITE, limit=limit),
         "engine": "torch",
         "scope": "accelerator",
         "idle_seconds": 0.5,
-        "db_url": str(tmp_path / "runs.db"),
         "concurrency": 4,
     }
-    fields.update(changes)
-    return MeasureSpec(**fields)  # type: ignore[arg-type]  # keyword values of mixed types
+    settings.update(changes)
+    run_config = RunConfig(**settings)  # type: ignore[arg-type]  # keyword values of mixed types
+    prepared = prepare(run_config)
+    if on_task is None:
+        return run_measure(prepared, str(tmp_path / "runs.db"))
+    return run_measure(prepared, str(tmp_path / "runs.db"), on_task=on_task)
 
 
 def test_tasks_in_flight_share_the_energy_and_add_up_to_the_union(
     engine: BatchingEngine, tmp_path: Path
 ) -> None:
-    result = run_measure(spec_for(tmp_path))
+    result = measure(tmp_path)
     assert max(engine.batches) == 4  # four sequences did run in one step
     with open_store(str(tmp_path / "runs.db")) as store:
         run = store.get_run(result.run_id)
         tasks = store.task_results(result.run_id)
-    assert run.concurrency == 4 and run.options["concurrency"] == 4
+    assert run.concurrency == 4 and run.config is not None and run.config["concurrency"] == 4
     assert len(tasks) == 8 and sum(t.passed for t in tasks) == 4  # the even tasks' replies pass
     # A task is shared when it ran beside another (on a busy machine one may run alone for a
     # moment, so not every task need be); one that shared ran at a batch above 1.
@@ -274,7 +283,7 @@ def test_one_task_at_a_time_on_a_batching_engine_shares_nothing(
 ) -> None:
     """Windows one after another may meet inside a refresh interval, which their work splits,
     but no task ran beside another: none is shared, and the summary has no concurrency rows."""
-    result = run_measure(spec_for(tmp_path, concurrency=1, limit=4))
+    result = measure(tmp_path, limit=4, concurrency=1)
     assert max(engine.batches) == 1
     with open_store(str(tmp_path / "runs.db")) as store:
         tasks = store.task_results(result.run_id)
@@ -286,17 +295,17 @@ def test_one_task_at_a_time_on_a_batching_engine_shares_nothing(
     assert "tasks in flight" not in console.file.getvalue()  # type: ignore[attr-defined]
 
 
-def test_more_tasks_in_flight_than_the_engine_takes_is_refused_before_any_row(
+def test_more_tasks_in_flight_than_the_engine_takes_is_refused_before_any_file(
     engine: BatchingEngine, tmp_path: Path
 ) -> None:
     with pytest.raises(UserError) as refused:
-        run_measure(spec_for(tmp_path, concurrency=5))
+        measure(tmp_path, concurrency=65)
     assert str(refused.value) == (
-        "--concurrency 5 is more than the torch engine runs at once (4); "
-        "use --concurrency 4 or less"
+        "--concurrency 65 is more than the torch engine runs at once (64); "
+        "use --concurrency 64 or less"
     )
-    with open_store(str(tmp_path / "runs.db")) as store:
-        assert store.list_runs() == []
+    assert engine._closed  # refused before the engine was opened
+    assert not (tmp_path / "runs.db").exists()  # and before the database was created
 
 
 @pytest.mark.parametrize(
@@ -322,9 +331,7 @@ def test_the_refusal_is_one_line_and_exit_2_as_a_user_runs_it(
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and re.search(message, done.stderr), done.stderr
-    if db.exists():  # the store may be opened before the engine refuses: no run in it
-        with open_store(str(db)) as store:
-            assert store.list_runs() == []
+    assert not db.exists()  # refused before the database was created
 
 
 def test_an_interrupted_run_keeps_finished_tasks_and_resumes_the_rest(
@@ -338,7 +345,7 @@ def test_an_interrupted_run_keeps_finished_tasks_and_resumes_the_rest(
             raise KeyboardInterrupt  # as Ctrl-C (or SIGTERM, which the CLI turns into one)
 
     with pytest.raises(RunInterrupted) as stopped:
-        run_measure(spec_for(tmp_path), on_task=stop_after_three)
+        measure(tmp_path, on_task=stop_after_three)
     run_id = stopped.value.run_id
     with open_store(str(tmp_path / "runs.db")) as store:
         assert store.get_run(run_id).state == "interrupted"
@@ -372,7 +379,7 @@ def test_ctrl_c_while_tasks_generate_waits_for_them_and_marks_the_run_interrupte
     engine.generate = generate_and_interrupt_soon  # type: ignore[method-assign]
     try:
         with pytest.raises(RunInterrupted) as stopped:
-            run_measure(spec_for(tmp_path, limit=20))
+            measure(tmp_path, limit=20)
     finally:
         timer.cancel()
     assert len(engine._active) == 0 and not engine._thread.is_alive()  # closed after they ended

@@ -15,12 +15,11 @@ import pytest
 from openjarvis.errors import UserError
 from openjarvis.evals.harness import (
     HarnessDocument,
+    HarnessOptions,
     HarnessSuite,
-    check_harness_suite,
-    fold_harness_options,
-    harness_suite_name,
+    check_harness_tasks,
+    harness_tasks,
     load_harness_suite,
-    parse_harness_suite,
 )
 from openjarvis.evals.prompting import answer_task, run_prompting, task_request
 from openjarvis.evals.scoring import score_completions
@@ -121,45 +120,51 @@ def document(task: Task) -> HarnessDocument:
     return task.procedure
 
 
+def harness(
+    names: str, include: Path | None, limit: int | None = None, **options: object
+) -> list[Task]:
+    """The tasks of `lm-eval:NAMES` with the task folder `include` and lm-eval's options."""
+    folder = None if include is None else str(include)
+    chosen = HarnessOptions(include=folder, **options)  # type: ignore[arg-type]  # test values
+    return load_harness_suite(HarnessSuite(harness_tasks(f"lm-eval:{names}"), limit, chosen))
+
+
 # ---- suite names ------------------------------------------------------------------------------
 
 
-def test_a_suite_name_holds_its_tasks_and_options_and_round_trips() -> None:
-    suite = parse_harness_suite("lm-eval:arc_easy, hellaswag?num_fewshot=5&limit=20&include=/t")
-    assert suite == HarnessSuite(("arc_easy", "hellaswag"), limit=20, num_fewshot=5, include="/t")
-    name = harness_suite_name(suite)
-    assert name == "lm-eval:arc_easy,hellaswag?limit=20&num_fewshot=5&include=/t"
-    assert parse_harness_suite(name) == suite
+def test_a_suite_name_is_its_tasks_and_nothing_else() -> None:
+    assert harness_tasks("lm-eval:arc_easy, hellaswag") == ("arc_easy", "hellaswag")
 
 
 @pytest.mark.parametrize(
     ("name", "problem"),
     [
         ("lm-eval:", "names no lm-eval task"),
-        ("lm-eval:arc_easy?shots=5", "unknown option 'shots'"),
-        ("lm-eval:arc_easy?limit=0", "limit must be a whole number of at least 1"),
-        ("lm-eval:arc_easy?num_fewshot=-1", "num_fewshot must be a whole number of at least 0"),
+        ("lm-eval:arc_easy?num_fewshot=5", "lm-eval options are flags of ipw measure now"),
     ],
 )
 def test_a_bad_suite_name_says_what_is_wrong(name: str, problem: str) -> None:
     with pytest.raises(UserError, match=problem):
-        parse_harness_suite(name)
+        harness_tasks(name)
 
 
-def test_measure_options_fold_into_the_suite_name() -> None:
-    name, limit = fold_harness_options("lm-eval:arc_easy", 20, 0, "/tasks")
-    assert (name, limit) == ("lm-eval:arc_easy?limit=20&num_fewshot=0&include=/tasks", None)
-    assert fold_harness_options("lm-eval:arc_easy", None, None, None) == ("lm-eval:arc_easy", None)
-    assert fold_harness_options("humaneval", 5, None, None) == ("humaneval", 5)
-    with pytest.raises(UserError, match="--num-fewshot and --lm-eval-include are for lm-eval"):
-        fold_harness_options("humaneval", 5, 3, None)
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (HarnessOptions(num_fewshot=-1), r"--num-fewshot must be 0 or more \(got -1\)"),
+        (HarnessOptions(fewshot_as_multiturn=True), "--fewshot-as-multiturn needs --apply-chat"),
+    ],
+)
+def test_bad_options_name_their_flag(options: HarnessOptions, problem: str) -> None:
+    with pytest.raises(UserError, match=problem):
+        options.check()
 
 
 # ---- loading offline tasks ---------------------------------------------------------------------
 
 
 def test_each_document_of_each_task_becomes_a_task(tasks_dir: Path) -> None:
-    tasks = load_harness_suite(f"lm-eval:tiny_mc,tiny_gen?limit=2&include={tasks_dir}")
+    tasks = harness("tiny_mc,tiny_gen", tasks_dir, limit=2)
     assert [t.task_id for t in tasks] == ["tiny_mc/0", "tiny_mc/1", "tiny_gen/0", "tiny_gen/1"]
     assert {t.kind for t in tasks} == {"harness"}
     assert tasks[0].prompt == "Question: What is 2 + 2?\nAnswer:"
@@ -178,7 +183,7 @@ def test_each_document_of_each_task_becomes_a_task(tasks_dir: Path) -> None:
 
 
 def test_few_shot_examples_come_from_the_task(tasks_dir: Path) -> None:
-    tasks = load_harness_suite(f"lm-eval:tiny_mc?limit=1&num_fewshot=2&include={tasks_dir}")
+    tasks = harness("tiny_mc", tasks_dir, limit=1, num_fewshot=2)
     assert document(tasks[0]).num_fewshot == 2
     # Two solved examples before the question (sampled from the task's own documents).
     assert tasks[0].prompt.count("Answer:") == 3
@@ -186,26 +191,26 @@ def test_few_shot_examples_come_from_the_task(tasks_dir: Path) -> None:
 
 def test_an_unknown_task_is_named_in_one_line(tasks_dir: Path) -> None:
     with pytest.raises(UserError, match=r"^lm-eval knows no task 'nope' \(nor does .*\); check"):
-        load_harness_suite(f"lm-eval:tiny_mc,nope?include={tasks_dir}")
+        harness("tiny_mc,nope", tasks_dir)
 
 
 def test_a_broken_task_file_is_named_with_its_line(tmp_path: Path) -> None:
     folder = write_tasks(tmp_path / "tasks")
     (folder / "broken.yaml").write_text("task: broken\noutput_type: [generate_until\n")
     with pytest.raises(UserError, match=r"broken\.yaml, line 3: not a valid task file"):
-        load_harness_suite(f"lm-eval:tiny_mc?include={folder}")
+        harness("tiny_mc", folder)
 
 
 def test_a_missing_data_file_is_one_line(tmp_path: Path) -> None:
     folder = write_tasks(tmp_path / "tasks")
     (folder / "questions.jsonl").unlink()
     with pytest.raises(UserError, match=r"^lm-eval could not (load|build).*tiny_mc"):
-        load_harness_suite(f"lm-eval:tiny_mc?include={folder}")
+        harness("tiny_mc", folder)
 
 
 def test_a_missing_include_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="is not a folder of lm-eval task YAML files"):
-        load_harness_suite(f"lm-eval:tiny_mc?include={tmp_path / 'absent'}")
+        harness("tiny_mc", tmp_path / "absent")
 
 
 # ---- scoring with the harness's own metric --------------------------------------------------
@@ -216,7 +221,7 @@ def response_text(responses: list[list[object]]) -> str:
 
 
 def test_multiple_choice_passes_when_the_answer_is_the_most_likely(tasks_dir: Path) -> None:
-    task = load_harness_suite(f"lm-eval:tiny_mc?limit=1&include={tasks_dir}")[0]  # answer: " 4"
+    task = harness("tiny_mc", tasks_dir, limit=1)[0]  # answer: " 4"
     right = response_text([[[-3.0, False]], [[-1.0, True]], [[-4.0, False]]])
     wrong = response_text([[[-0.5, True]], [[-1.0, False]], [[-4.0, False]]])
     results = score_completions([(task, right), (task, wrong)], sandbox=None)
@@ -225,7 +230,7 @@ def test_multiple_choice_passes_when_the_answer_is_the_most_likely(tasks_dir: Pa
 
 
 def test_generation_is_filtered_and_matched_as_the_harness_does(tasks_dir: Path) -> None:
-    task = load_harness_suite(f"lm-eval:tiny_gen?limit=1&include={tasks_dir}")[0]  # target "4"
+    task = harness("tiny_gen", tasks_dir, limit=1)[0]  # target "4"
     outcomes = [
         document(task).score(response_text([[text]])).status
         for text in (" 4 apples", "4", " 5", "")
@@ -246,6 +251,7 @@ class ScriptedEngine:
 
     model_name = "scripted"
     devices: tuple[int, ...] = ()
+    ledger = None  # one reply at a time: no step ledger
 
     def settings_dict(self) -> dict[str, object]:
         return {}
@@ -265,7 +271,7 @@ class ScriptedEngine:
 
 
 def test_a_generation_document_runs_on_any_engine_and_folds_its_cost(tasks_dir: Path) -> None:
-    task = load_harness_suite(f"lm-eval:tiny_gen?limit=1&include={tasks_dir}")[0]
+    task = harness("tiny_gen", tasks_dir, limit=1)[0]
     engine = ScriptedEngine("openai", " 4", [])
     completion = answer_task(engine, task, task_request(task, "completion", 0.0, 7))
     (request,) = engine.requests
@@ -284,18 +290,18 @@ def test_a_generation_document_runs_on_any_engine_and_folds_its_cost(tasks_dir: 
 def test_log_likelihood_is_refused_where_the_engine_has_no_log_probabilities(
     tasks_dir: Path,
 ) -> None:
-    suite = f"lm-eval:tiny_mc?limit=1&include={tasks_dir}"
+    tasks = harness("tiny_mc", tasks_dir, limit=1)
     with pytest.raises(
         UserError, match=r"the openai engine cannot give.*--engine llamacpp or torch"
     ):
-        check_harness_suite(suite, "openai")
-    task = load_harness_suite(suite)[0]
+        check_harness_tasks(tasks, "openai")
+    task = tasks[0]
     with pytest.raises(UserError, match="the anthropic engine cannot give"):
         answer_task(
             ScriptedEngine("anthropic", "", []), task, task_request(task, "completion", 0, 0)
         )
-    check_harness_suite(suite, "llamacpp")  # no error
-    check_harness_suite(f"lm-eval:tiny_gen?limit=1&include={tasks_dir}", "openai")
+    check_harness_tasks(tasks, "llamacpp")  # no error
+    check_harness_tasks(harness("tiny_gen", tasks_dir, limit=1), "openai")
 
 
 class LogitsEngine:
@@ -383,7 +389,7 @@ def test_llama_cpp_and_torch_give_the_same_log_likelihoods_of_the_embedded_model
 
 
 def test_a_chat_only_api_gets_the_harness_prompt_as_one_user_message(tasks_dir: Path) -> None:
-    task = load_harness_suite(f"lm-eval:tiny_gen?limit=1&include={tasks_dir}")[0]
+    task = harness("tiny_gen", tasks_dir, limit=1)[0]
     engine = ScriptedEngine("anthropic", "4", [])
     answer_task(engine, task, task_request(task, "completion", 0.0, 3))
     (request,) = engine.requests
@@ -392,27 +398,16 @@ def test_a_chat_only_api_gets_the_harness_prompt_as_one_user_message(tasks_dir: 
     assert (request.stop, request.max_tokens, request.seed) == (("\n",), 8, 3)
 
 
-def test_chat_template_options_round_trip_and_are_checked() -> None:
-    name = (
-        "lm-eval:gsm8k?apply_chat_template=1&fewshot_as_multiturn=1&system_instruction=Be%20brief"
-    )
-    suite = parse_harness_suite(name)
-    assert (suite.apply_chat_template, suite.fewshot_as_multiturn) == (True, True)
-    assert suite.system_instruction == "Be brief"
-    assert parse_harness_suite(harness_suite_name(suite)) == suite
-    assert parse_harness_suite("lm-eval:x?fewshot_seed=0").fewshot_seed == 0
-    with pytest.raises(UserError, match="apply_chat_template takes 1 \\(on\\) or 0"):
-        parse_harness_suite("lm-eval:x?apply_chat_template=yes")
-    with pytest.raises(UserError, match="fewshot_as_multiturn needs apply_chat_template=1"):
-        parse_harness_suite("lm-eval:x?fewshot_as_multiturn=1")
-
-
 def test_under_a_chat_template_a_generation_goes_as_chat_messages(tasks_dir: Path) -> None:
-    suite = (
-        f"lm-eval:tiny_gen?limit=1&num_fewshot=1&include={tasks_dir}&apply_chat_template=1"
-        "&fewshot_as_multiturn=1&system_instruction=Answer%20in%20one%20word."
-    )
-    task = load_harness_suite(suite)[0]
+    task = harness(
+        "tiny_gen",
+        tasks_dir,
+        limit=1,
+        num_fewshot=1,
+        apply_chat_template=True,
+        fewshot_as_multiturn=True,
+        system_instruction="Answer in one word.",
+    )[0]
     engine = ScriptedEngine("llamacpp", "4", [])
     completion = answer_task(engine, task, task_request(task, "completion", 0.0, 0))
     (request,) = engine.requests
@@ -423,7 +418,7 @@ def test_under_a_chat_template_a_generation_goes_as_chat_messages(tasks_dir: Pat
     assert request.messages[-1].content == "Question: What is 2 + 2?\nAnswer:"
     assert document(task).score(completion.text).passed
     # The run records how its documents went to the model, whatever the model's kind.
-    plain = load_harness_suite(f"lm-eval:tiny_gen?limit=1&include={tasks_dir}")[0]
+    plain = harness("tiny_gen", tasks_dir, limit=1)[0]
     assert run_prompting([task], "base") == {"harness": "chat-template"}
     assert run_prompting([plain], "chat") == {"harness": "completion"}
 
@@ -433,8 +428,7 @@ def test_log_likelihood_under_a_chat_template_scores_the_rendered_prompt(
 ) -> None:
     from openjarvis.evals.harness import ChatContext, _loglikelihood
 
-    suite = f"lm-eval:tiny_mc?limit=1&include={tasks_dir}&apply_chat_template=1"
-    task = load_harness_suite(suite)[0]
+    task = harness("tiny_mc", tasks_dir, limit=1, apply_chat_template=True)[0]
     context, continuation = document(task).instances[1].args
     # Under a chat template lm-eval drops the space before the answer: it starts the model's turn.
     assert isinstance(context, ChatContext) and continuation == "4"
@@ -447,7 +441,7 @@ def test_log_likelihood_under_a_chat_template_scores_the_rendered_prompt(
 
 
 def test_a_completion_that_is_not_the_responses_is_one_line(tasks_dir: Path) -> None:
-    task = load_harness_suite(f"lm-eval:tiny_gen?limit=1&include={tasks_dir}")[0]
+    task = harness("tiny_gen", tasks_dir, limit=1)[0]
     for text in ("4", '{"answer": "4"}', '{"responses": []}'):
         with pytest.raises(UserError, match="a completion of lm-eval task tiny_gen is not its"):
             document(task).score(text)

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from openjarvis.errors import RunInterrupted
-from openjarvis.evals.harness import HarnessDocument, fold_harness_options
-from openjarvis.evals.runner import MeasureSpec, resume_measure, run_measure
+from openjarvis.evals.config import RunConfig, prepare
+from openjarvis.evals.harness import HarnessDocument, HarnessOptions
+from openjarvis.evals.runner import resume_measure, run_measure
+from openjarvis.evals.suites import SuiteConfig
 from openjarvis.runtime.types import Completion, Engine, Request
 from openjarvis.store import open_store
 from tests.cli.test_measure_e2e import run_ipw
@@ -59,8 +61,23 @@ def test_a_harness_task_runs_with_per_task_energy_and_its_own_metric(
         (run,) = store.list_runs()
         results = store.task_results(run.id or "")
     assert run.state == "complete"
-    # The suite that ran, options and all: what --resume and comparisons go by.
-    assert run.suite == f"lm-eval:tiny_mc,tiny_gen?limit=2&include={folder}"
+    # The suite by its name; its options are data of the run's configuration, and its identity
+    # is its content (the folder's path is provenance only).
+    assert run.suite == "lm-eval:tiny_mc,tiny_gen"
+    assert run.config is not None
+    assert run.config["suite"] == {
+        "name": "lm-eval:tiny_mc,tiny_gen",
+        "limit": 2,
+        "lm_eval": {
+            "num_fewshot": None,
+            "include": str(folder.resolve()),
+            "fewshot_seed": 1234,
+            "apply_chat_template": False,
+            "fewshot_as_multiturn": False,
+            "system_instruction": None,
+        },
+    }
+    assert run.suite_sha256 is not None and len(run.suite_sha256) == 64
     assert run.options["prompting"] == {"harness": "completion"}
     assert [r.task_id for r in results] == ["tiny_mc/0", "tiny_mc/1", "tiny_gen/0", "tiny_gen/1"]
     for result in results:
@@ -118,8 +135,8 @@ def test_harness_options_are_refused_for_other_suites(env: dict[str, str]) -> No
     done = run_ipw("measure", "--suite", "humaneval", "--num-fewshot", "2", env=env)
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "error: --num-fewshot and --lm-eval-include are for lm-eval suites; "
-        "use --suite lm-eval:TASK[,TASK...]"
+        "error: --num-fewshot, --lm-eval-include and the other lm-eval options are for lm-eval "
+        "suites; use --suite lm-eval:TASK[,TASK...]"
     )
 
 
@@ -127,13 +144,13 @@ def test_harness_options_are_refused_for_other_suites(env: dict[str, str]) -> No
 def test_an_interrupted_harness_run_resumes_with_the_same_documents(
     tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ctrl-C during the second document; --resume rebuilds the suite from its stored name and
-    runs only that document."""
+    """Ctrl-C during the second document; --resume rebuilds the suite from its stored
+    configuration and runs only that document."""
     for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "HF_DATASETS_CACHE"):
         monkeypatch.setenv(name, env[name])
     folder = write_tasks(tmp_path / "tasks")
     db = str(tmp_path / "runs.db")
-    suite, limit = fold_harness_options("lm-eval:tiny_gen", 2, None, str(folder))
+    suite = SuiteConfig("lm-eval:tiny_gen", limit=2, lm_eval=HarnessOptions(include=str(folder)))
     answer = HarnessDocument.answer
     calls: list[str] = []
 
@@ -146,9 +163,9 @@ def test_an_interrupted_harness_run_resumes_with_the_same_documents(
         return answer(self, engine, request)
 
     monkeypatch.setattr(HarnessDocument, "answer", interrupted_at_the_second)
-    spec = MeasureSpec(suite=suite, limit=limit, idle_seconds=0, db_url=db, allow_shared=True)
+    config = RunConfig(suite=suite, idle_seconds=0, allow_shared=True)
     with pytest.raises(RunInterrupted) as stopped:
-        run_measure(spec)
+        run_measure(prepare(config), db)
     assert stopped.value.tasks_saved == 1
     monkeypatch.setattr(HarnessDocument, "answer", answer)
     result = resume_measure(stopped.value.run_id, db, allow_shared=True)
@@ -156,5 +173,5 @@ def test_an_interrupted_harness_run_resumes_with_the_same_documents(
     with open_store(db) as store:
         run = store.get_run(result.run_id)
         results = store.task_results(result.run_id)
-    assert run.state == "complete" and run.suite == suite
+    assert run.state == "complete" and run.suite == "lm-eval:tiny_gen"
     assert [r.task_id for r in results] == ["tiny_gen/0", "tiny_gen/1"]

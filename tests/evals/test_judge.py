@@ -13,19 +13,18 @@ import pytest
 
 from openjarvis.errors import UserError
 from openjarvis.evals import judge as judge_module
+from openjarvis.evals.config import RunConfig, prepare
 from openjarvis.evals.judge import (
     JUDGE_PROMPT_VERSION,
     Judge,
     JudgeSpec,
     check_judge,
-    fold_judge_options,
     judge_prompt,
     parse_verdict,
-    split_judge,
 )
-from openjarvis.evals.runner import MeasureSpec, run_measure
+from openjarvis.evals.runner import run_measure
 from openjarvis.evals.scoring import score_completions
-from openjarvis.evals.suites import load_suite
+from openjarvis.evals.suites import SuiteConfig, content_sha256, load_suite
 from openjarvis.evals.types import Task
 from openjarvis.power import Meter
 from openjarvis.power.sources import EnergySource
@@ -52,6 +51,7 @@ class ScriptedJudge:
 
     model_name = "scripted-judge"
     devices: tuple[int, ...] = ()
+    ledger = None  # one reply at a time: no step ledger
 
     def settings_dict(self) -> dict[str, object]:
         return {"scripted": True}
@@ -92,35 +92,31 @@ def suite_file(tmp_path: Path) -> Path:
 # ---- names, prompt and verdicts ---------------------------------------------------------------
 
 
-def test_the_judge_is_part_of_the_suite_name() -> None:
-    spec = JudgeSpec.parse("openai:gpt-4o-mini", "http://h:1/v1", "KEY")
-    name = fold_judge_options("open.jsonl", spec)
-    assert (
-        name
-        == "open.jsonl?judge=openai:gpt-4o-mini&judge_base_url=http://h:1/v1&judge_api_key_env=KEY"
-    )
-    assert split_judge(name) == ("open.jsonl", spec)
-    assert split_judge("humaneval") == ("humaneval", None)
-    assert fold_judge_options(name, JudgeSpec("llamacpp")) == "open.jsonl?judge=llamacpp"
+def test_the_judge_is_part_of_the_suites_identity_but_not_its_url_or_key(
+    tmp_path: Path,
+) -> None:
+    tasks = load_suite(str(suite_file(tmp_path)))
+    here = content_sha256(tasks, JudgeSpec.parse("openai:gpt-4o-mini", "http://h:1/v1", "KEY"))
+    elsewhere = content_sha256(tasks, JudgeSpec("openai", "gpt-4o-mini", "https://api/v1"))
+    assert here == elsewhere  # the same judge reached at another address
+    assert here != content_sha256(tasks, JudgeSpec("openai", "gpt-4o"))  # another judge
+    assert here != content_sha256(tasks)  # no judge
 
 
 def test_a_bad_judge_is_refused_in_one_line() -> None:
     with pytest.raises(UserError, match="unknown engine 'gpt'; write ENGINE"):
         JudgeSpec.parse("gpt:4", None, None)
-    with pytest.raises(UserError, match=r"a judge is written \?judge=ENGINE"):
-        split_judge("open.jsonl?judge=openai:x&temperature=1")
 
 
 def test_open_ended_tasks_need_a_judge_and_a_judge_needs_them(tmp_path: Path) -> None:
-    path = suite_file(tmp_path)
-    tasks = load_suite(f"{path}?judge=openai:m")
+    tasks = load_suite(str(suite_file(tmp_path)))
     assert [t.kind for t in tasks] == ["open_ended", "open_ended"]
     assert (tasks[0].answer, tasks[1].max_tokens, tasks[1].stop) == ("Paris", 24, ())
     with pytest.raises(UserError, match="has 2 open_ended task"):
-        check_judge(str(path), tasks)
+        check_judge(None, "open.jsonl", tasks)
     with pytest.raises(UserError, match="suite humaneval has none; leave --judge out"):
-        check_judge("humaneval?judge=openai:m", load_suite("humaneval")[:1])
-    check_judge(f"{path}?judge=openai:m", tasks)  # no error
+        check_judge(JudgeSpec("openai", "m"), "humaneval", load_suite("humaneval")[:1])
+    check_judge(JudgeSpec("openai", "m"), "open.jsonl", tasks)  # no error
 
 
 @pytest.mark.parametrize(
@@ -217,17 +213,25 @@ def test_a_judged_suite_runs_with_the_judges_energy_and_cost_apart(
     engine = ScriptedJudge("openai", ["VERDICT: PASS", "VERDICT: FAIL"])
     monkeypatch.setattr(judge_module, "open_engine", lambda spec, model: engine)
     db = str(tmp_path / "runs.db")
-    suite = f"{suite_file(tmp_path)}?judge=openai:scripted"
+    suite = SuiteConfig(str(suite_file(tmp_path)), limit=None)
     # allow_shared: another measurement on this machine (a `jarvis serve`, another test) must not
     # fail the test; what it checks does not depend on the claim.
-    spec = MeasureSpec(suite=suite, idle_seconds=0, db_url=db, limit=None, allow_shared=True)
-    result = run_measure(spec)
+    config = RunConfig(
+        suite=suite, judge=JudgeSpec("openai", "scripted"), idle_seconds=0, allow_shared=True
+    )
+    result = run_measure(prepare(config), db)
     with open_store(db) as store:
         judged = store.get_run(result.run_id)
         answers = store.task_results(result.run_id)
         (judge_run,) = store.list_runs(suite=f"judge-of:{result.run_id}")
         verdicts = store.task_results(judge_run.id or "")
-    assert judged.suite == suite and judged.state == "complete"
+    assert judged.suite == "open.jsonl" and judged.state == "complete"
+    assert judged.config is not None and judged.config["judge"] == {
+        "engine": "openai",
+        "model": "scripted",
+        "base_url": None,
+        "api_key_env": None,
+    }
     assert [a.statuses for a in answers] == [("passed",), ("failed",)]
     assert result.figures.accuracy.value == pytest.approx(0.5)
     # The judged model's figures hold its own joules and no API cost; the judge's are apart.
@@ -255,6 +259,10 @@ def test_a_judged_suite_runs_with_the_judges_energy_and_cost_apart(
         ((), "has 2 open_ended task(s), which a judge model scores; give one with --judge"),
         (("--judge", "gpt:4"), "--judge 'gpt:4': unknown engine 'gpt'"),
         (("--judge-base-url", "http://h/v1"), "--judge-base-url and --judge-api-key-env go with"),
+        (
+            ("--judge", "llamacpp", "--concurrency", "2"),
+            "a local judge (llamacpp) keeps its joules apart only between the judged model's",
+        ),
     ],
 )
 def test_the_cli_refuses_a_judged_suite_without_a_good_judge_in_one_line(
@@ -266,21 +274,6 @@ def test_the_cli_refuses_a_judged_suite_without_a_good_judge_in_one_line(
     (line,) = done.stderr.strip().splitlines()
     assert message in line and line.startswith("error: ")
     assert not (tmp_path / "data").exists()  # refused before the database was created
-
-
-def test_a_local_judge_is_refused_beside_concurrent_tasks(tmp_path: Path) -> None:
-    db = str(tmp_path / "runs.db")
-    run, _ = judged_run(db)
-    run.concurrency = 2
-    suite = f"{suite_file(tmp_path)}?judge=llamacpp"
-    tasks = load_suite(suite)
-    with open_store(db) as store, Meter([HundredWatts()], "accelerator") as meter:
-        with (
-            pytest.raises(UserError, match="measure with --concurrency 1, or judge with a cloud"),
-            judge_module.judging(suite, tasks, meter, store, run),
-        ):
-            pass
-        assert store.get_run(run.id or "").state == "failed"  # not left running
 
 
 def test_verdicts_from_tasks_in_flight_at_once_are_each_saved_once(tmp_path: Path) -> None:

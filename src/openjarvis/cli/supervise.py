@@ -2,13 +2,15 @@
 Triton kernel) cannot end the command silently: the parent turns the child's death by signal
 into one line that names the run, the tasks saved and how to continue.
 
-The child writes Python's fault report (where it crashed) to a file the line points to. It runs
-in its own process group, so that Ctrl-C from the terminal reaches it once, through the parent,
-which passes SIGINT and SIGTERM on and waits for the child's own message.
+The child writes Python's fault report (where it crashed) to a file the line points to, and
+tells the parent its run (id and database) through a pipe as soon as the run's row is written.
+It runs in its own process group, so that Ctrl-C from the terminal reaches it once, through the
+parent, which passes SIGINT and SIGTERM on and waits for the child's own message.
 """
 
 import ctypes
 import faulthandler
+import json
 import os
 import signal
 import subprocess
@@ -17,9 +19,10 @@ import tempfile
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["CRASH_EXIT", "enable_fault_report", "is_supervised", "run_supervised"]
+__all__ = ["CRASH_EXIT", "announce_run", "enable_fault_report", "is_supervised", "run_supervised"]
 
 _CHILD_ENV = "OPENJARVIS_SUPERVISED_FAULT_LOG"
+_RUN_PIPE_ENV = "OPENJARVIS_SUPERVISED_RUN_FD"  # the pipe's end the child announces its run on
 # A library's fault, as the child's exit signal: what the one line is for.
 _FAULTS = {signal.SIGSEGV, signal.SIGILL, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT}
 CRASH_EXIT = 70  # EX_SOFTWARE: the program failed, not the user's input
@@ -41,16 +44,32 @@ def enable_fault_report() -> None:
     faulthandler.enable(file=open(path, "w"))  # noqa: SIM115
 
 
+def announce_run(run_id: str, db: str | None) -> None:
+    """In a supervised child: tell the parent which run (and database) it measures, so that a
+    crash's line names it. Unsupervised, nothing."""
+    descriptor = os.environ.get(_RUN_PIPE_ENV)
+    if descriptor is None:
+        return
+    line = json.dumps({"run_id": run_id, "db": db}) + "\n"
+    # Under PIPE_BUF bytes: one atomic write, whole or not at all, even if the child then dies.
+    os.write(int(descriptor), line.encode())
+
+
 def run_supervised(argv: list[str]) -> int:
     """Run `ipw ARGV` in a child and return the exit status to leave with."""
     handle, fault_log = tempfile.mkstemp(prefix="openjarvis-fault-", suffix=".log")
     os.close(handle)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "openjarvis", *argv],
-        env={**os.environ, _CHILD_ENV: fault_log},
-        process_group=0,
-        preexec_fn=_die_with_parent,  # the parent is one thread here: preexec_fn is safe
-    )
+    announced, announcing = os.pipe()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "openjarvis", *argv],
+            env={**os.environ, _CHILD_ENV: fault_log, _RUN_PIPE_ENV: str(announcing)},
+            pass_fds=(announcing,),
+            process_group=0,
+            preexec_fn=_die_with_parent,  # the parent is one thread here: preexec_fn is safe
+        )
+    finally:
+        os.close(announcing)  # the child holds its own copy
 
     def pass_on(signum: int, frame: FrameType | None) -> None:
         child.send_signal(signum)
@@ -62,12 +81,32 @@ def run_supervised(argv: list[str]) -> int:
     finally:
         signal.signal(signal.SIGINT, previous_int)
         signal.signal(signal.SIGTERM, previous_term)
+    run = _announced_run(announced)
     if code >= 0 or -code not in _FAULTS:
         Path(fault_log).unlink(missing_ok=True)
         return code if code >= 0 else 128 - code
-    sys.stderr.write(f"error: {_crash_line(signal.Signals(-code).name, child.pid, argv)}; "
+    sys.stderr.write(f"error: {_crash_line(signal.Signals(-code).name, run)}; "
                      f"fault report: {fault_log}\n")  # fmt: skip
     return CRASH_EXIT
+
+
+def _announced_run(announced: int) -> tuple[str, str | None] | None:
+    """The last run the child announced (id, database), read without waiting: the child has
+    ended, and a process it started may still hold the pipe open. None: it announced none."""
+    os.set_blocking(announced, False)
+    data = b""
+    try:
+        while chunk := os.read(announced, 65536):
+            data += chunk
+    except BlockingIOError:
+        pass  # all that was written is read
+    finally:
+        os.close(announced)
+    lines = data.decode(errors="replace").splitlines()
+    if not lines:
+        return None
+    last = json.loads(lines[-1])
+    return str(last["run_id"]), last["db"]
 
 
 def _die_with_parent() -> None:
@@ -80,31 +119,21 @@ def _die_with_parent() -> None:
         pass
 
 
-def _crash_line(signal_name: str, pid: int, argv: list[str]) -> str:
-    """What crashed, what was saved and how to continue, from the run the child recorded."""
+def _crash_line(signal_name: str, run: tuple[str, str | None] | None) -> str:
+    """What crashed, what was saved and how to continue, from the run the child announced."""
     what = f"the engine's native code crashed ({signal_name})"
-    db = _option(argv, "--db")
+    if run is None:
+        return f"{what} before the run was recorded; nothing was saved"
+    run_id, db = run
     try:
         from openjarvis.store import open_reader
 
         with open_reader(db) as store:
-            run = next((r for r in store.list_runs(limit=20) if r.process_pid == pid), None)
-            if run is None or run.id is None:
-                return f"{what} before the run was recorded; nothing was saved"
-            saved = len(store.task_results(run.id))
+            saved = len(store.task_results(run_id))
     except Exception as error:  # the one line must still come out
-        return f"{what}; its run could not be read ({error})"
+        return f"{what} in run {run_id}; its saved tasks could not be read ({error})"
     db_option = f" --db {db}" if db else ""
     return (
-        f"{what} in run {run.id} with {saved} task(s) saved; continue it with "
-        f"`ipw measure --resume {run.id}{db_option}`"
+        f"{what} in run {run_id} with {saved} task(s) saved; continue it with "
+        f"`ipw measure --resume {run_id}{db_option}`"
     )
-
-
-def _option(argv: list[str], name: str) -> str | None:
-    for i, argument in enumerate(argv):
-        if argument == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if argument.startswith(name + "="):
-            return argument.split("=", 1)[1]
-    return os.environ.get("OPENJARVIS_DB") if name == "--db" else None

@@ -14,17 +14,17 @@ import io
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote
 
 import numpy as np
 
 from openjarvis.errors import UserError
 from openjarvis.evals.types import ExecutionResult, Task
 from openjarvis.runtime.chat_template import ChatTemplate
+from openjarvis.runtime.engines import CAPABILITIES
 from openjarvis.runtime.types import (
     ChatMessage,
     ChatRequest,
@@ -37,136 +37,95 @@ from openjarvis.runtime.types import (
 )
 
 __all__ = [
+    "FEWSHOT_SEED",
     "LOGPROB_ENGINE_KINDS",
     "SUITE_PREFIX",
     "ChatContext",
     "HarnessDocument",
+    "HarnessOptions",
     "HarnessSuite",
-    "check_harness_suite",
-    "fold_harness_options",
-    "harness_suite_name",
+    "check_harness_tasks",
+    "harness_tasks",
     "is_harness_suite",
     "load_harness_suite",
-    "parse_harness_suite",
 ]
 
 SUITE_PREFIX = "lm-eval:"
 # Engines that can score a continuation by log-likelihood: llama.cpp (evaluating the context,
 # then the continuation token by token) and torch (logits at every position). Cloud APIs
 # return no log-probabilities of a given prompt, so only generate_until tasks run on them.
-LOGPROB_ENGINE_KINDS = ("llamacpp", "torch")
+LOGPROB_ENGINE_KINDS = tuple(kind for kind, can in CAPABILITIES.items() if can.logprobs)
 # APIs with chat messages only: a generation's context goes as one user message.
 _CHAT_ONLY_ENGINE_KINDS = ("anthropic",)
 _DEFAULT_MAX_GEN_TOKENS = 256  # lm-eval's own default for generate_until
-_FEWSHOT_SEED = 1234  # lm-eval's default --seed for few-shot sampling
-_OPTIONS = (
-    "limit",
-    "num_fewshot",
-    "include",
-    "fewshot_seed",
-    "apply_chat_template",
-    "fewshot_as_multiturn",
-    "system_instruction",
-)
+FEWSHOT_SEED = 1234  # lm-eval's default --seed for few-shot sampling
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessOptions:
+    """lm-eval's options that change a task's prompts (`ipw measure`'s flags of the same names):
+    part of what a run of the suite means, stored with its configuration."""
+
+    num_fewshot: int | None = None  # None: each task's own default (lm-eval's)
+    include: str | None = None  # a folder of the user's own task YAML files (absolute)
+    fewshot_seed: int = FEWSHOT_SEED
+    # The prompt as chat messages, which the engine renders with the model's own template
+    # (generation tasks); few-shot examples as turns of their own.
+    apply_chat_template: bool = False
+    fewshot_as_multiturn: bool = False
+    system_instruction: str | None = None
+
+    def check(self) -> None:
+        """Values lm-eval would take badly; a UserError naming the flag."""
+        if self.num_fewshot is not None and self.num_fewshot < 0:
+            raise UserError(f"--num-fewshot must be 0 or more (got {self.num_fewshot})")
+        if self.fewshot_seed < 0:
+            raise UserError(f"--fewshot-seed must be 0 or more (got {self.fewshot_seed})")
+        if self.fewshot_as_multiturn and not self.apply_chat_template:
+            raise UserError("--fewshot-as-multiturn needs --apply-chat-template")
 
 
 @dataclass(frozen=True, slots=True)
 class HarnessSuite:
-    """What `lm-eval:...` names: the harness's tasks and the options that change their prompts
-    or their number, so that two runs of one suite name are comparable."""
+    """What an `lm-eval:` suite runs: the harness's tasks, documents per task, and the options
+    that change their prompts."""
 
     tasks: tuple[str, ...]
     limit: int | None = None  # documents per task (lm-eval's --limit); None: all
-    num_fewshot: int | None = None  # None: each task's own default (lm-eval's)
-    include: str | None = None  # a folder of the user's own task YAML files
-    fewshot_seed: int = _FEWSHOT_SEED
-    # lm-eval's options of the same names: the prompt as chat messages, which the engine renders
-    # with the model's own template (generation tasks); few-shot examples as turns of their own.
-    apply_chat_template: bool = False
-    fewshot_as_multiturn: bool = False
-    system_instruction: str | None = None
+    options: HarnessOptions = HarnessOptions()
 
 
 def is_harness_suite(name: str) -> bool:
     return name.strip().lower().startswith(SUITE_PREFIX)
 
 
-def harness_suite_name(suite: HarnessSuite) -> str:
-    """The canonical suite name: `lm-eval:a,b?limit=20&num_fewshot=5&include=/abs/dir`."""
-    options = {
-        "limit": suite.limit,
-        "num_fewshot": suite.num_fewshot,
-        "include": suite.include,
-        "fewshot_seed": None if suite.fewshot_seed == _FEWSHOT_SEED else suite.fewshot_seed,
-        "apply_chat_template": 1 if suite.apply_chat_template else None,
-        "fewshot_as_multiturn": 1 if suite.fewshot_as_multiturn else None,
-        "system_instruction": suite.system_instruction,
-    }
-    query = "&".join(f"{k}={quote(str(v), safe='/')}" for k, v in options.items() if v is not None)
-    return SUITE_PREFIX + ",".join(suite.tasks) + (f"?{query}" if query else "")
-
-
-def parse_harness_suite(name: str) -> HarnessSuite:
-    """The tasks and options of an `lm-eval:` suite name; a bad one is a UserError."""
+def harness_tasks(name: str) -> tuple[str, ...]:
+    """The task names of an `lm-eval:TASK[,TASK...]` suite name; a bad one is a UserError."""
     body = name.strip()[len(SUITE_PREFIX) :]
-    tasks_part, _, query = body.partition("?")
-    tasks = tuple(t.strip() for t in tasks_part.split(",") if t.strip())
+    if "?" in body:
+        raise UserError(
+            f"suite {name!r}: lm-eval options are flags of ipw measure now (--num-fewshot, "
+            "--lm-eval-include, --apply-chat-template, ...); write the suite as lm-eval:TASK"
+        )
+    tasks = tuple(t.strip() for t in body.split(",") if t.strip())
     if not tasks:
         raise UserError(
             f"suite {name!r} names no lm-eval task; write --suite lm-eval:TASK[,TASK...], "
             "e.g. lm-eval:arc_easy"
         )
-    values: dict[str, str] = {}
-    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
-        if key not in _OPTIONS:
-            raise UserError(
-                f"suite {name!r}: unknown option {key!r}; options are {', '.join(_OPTIONS)}"
-            )
-        values[key] = value
-    include = values.get("include")
-    if include is not None:
-        include = str(Path(include).expanduser().resolve())
-    seed = _whole(name, "fewshot_seed", values.get("fewshot_seed"), 0)
-    suite = HarnessSuite(
-        tasks=tasks,
-        limit=_whole(name, "limit", values.get("limit"), 1),
-        num_fewshot=_whole(name, "num_fewshot", values.get("num_fewshot"), 0),
-        include=include,
-        fewshot_seed=_FEWSHOT_SEED if seed is None else seed,
-        apply_chat_template=_flag(name, "apply_chat_template", values),
-        fewshot_as_multiturn=_flag(name, "fewshot_as_multiturn", values),
-        system_instruction=values.get("system_instruction") or None,
-    )
-    if suite.fewshot_as_multiturn and not suite.apply_chat_template:
-        raise UserError(f"suite {name!r}: fewshot_as_multiturn needs apply_chat_template=1")
-    return suite
+    return tasks
 
 
-def _flag(name: str, key: str, values: dict[str, str]) -> bool:
-    value = values.get(key, "0")
-    if value not in ("0", "1"):
-        raise UserError(f"suite {name!r}: {key} takes 1 (on) or 0 (off), not {value!r}")
-    return value == "1"
-
-
-def _whole(name: str, key: str, value: str | None, lowest: int) -> int | None:
-    if value is None:
-        return None
-    if not value.isdigit() or int(value) < lowest:
-        raise UserError(f"suite {name!r}: {key} must be a whole number of at least {lowest}")
-    return int(value)
-
-
-def load_harness_suite(name: str) -> list[Task]:
+def load_harness_suite(suite: HarnessSuite) -> list[Task]:
     """One Task per document of each named harness task, in the harness's order."""
-    return list(_load(parse_harness_suite(name)))
+    return list(_load(suite))
 
 
 @functools.cache
 def _load(suite: HarnessSuite) -> tuple[Task, ...]:
     lm_eval_tasks = _import_lm_eval()
-    if suite.include is not None:
-        _check_include(Path(suite.include))
+    if suite.options.include is not None:
+        _check_include(Path(suite.options.include))
     with _quiet():
         manager = _task_manager(lm_eval_tasks, suite)
         try:
@@ -174,7 +133,7 @@ def _load(suite: HarnessSuite) -> tuple[Task, ...]:
         except KeyError as error:  # lm-eval's word for an unknown name
             raise UserError(
                 f"lm-eval knows no task {_unknown(error, suite.tasks)!r}"
-                + (f" (nor does {suite.include})" if suite.include else "")
+                + (f" (nor does {suite.options.include})" if suite.options.include else "")
                 + "; check the name (`lm-eval ls tasks` lists them) or add its folder with "
                 "--lm-eval-include DIR"
             ) from None
@@ -220,11 +179,12 @@ def _quiet() -> Iterator[None]:
 def _task_manager(lm_eval_tasks: Any, suite: HarnessSuite) -> Any:
     """Indexing lm-eval's own thousands of task files takes half a minute: a suite whose tasks
     are all in the user's folder is looked up there alone."""
-    if suite.include is not None:
-        own = _manager(lm_eval_tasks, suite.include, include_defaults=False)
+    include = suite.options.include
+    if include is not None:
+        own = _manager(lm_eval_tasks, include, include_defaults=False)
         if all(name in own.all_tasks or name.endswith(".yaml") for name in suite.tasks):
             return own
-    return _manager(lm_eval_tasks, suite.include, include_defaults=True)
+    return _manager(lm_eval_tasks, include, include_defaults=True)
 
 
 @functools.cache
@@ -280,21 +240,22 @@ def _documents(name: str, harness_task: Any, suite: HarnessSuite) -> list[Task]:
             "accuracy per document; pick a multiple_choice or generate_until task"
         )
     metric, filter_name = _primary_metric(name, harness_task)
-    if suite.num_fewshot is not None and harness_task.get_config("num_fewshot") != 0:
-        harness_task.set_config(key="num_fewshot", value=suite.num_fewshot)
+    options = suite.options
+    if options.num_fewshot is not None and harness_task.get_config("num_fewshot") != 0:
+        harness_task.set_config(key="num_fewshot", value=options.num_fewshot)
     elif harness_task.get_config("num_fewshot") is None:
         harness_task.set_config(key="num_fewshot", value=0)
-    harness_task.set_fewshot_seed(seed=suite.fewshot_seed)
+    harness_task.set_fewshot_seed(seed=options.fewshot_seed)
     try:
         harness_task.build_all_requests(
             limit=suite.limit,
             rank=0,
             world_size=1,
-            system_instruction=suite.system_instruction,
-            apply_chat_template=suite.apply_chat_template,
-            fewshot_as_multiturn=suite.fewshot_as_multiturn,
-            chat_template=_chat_messages if suite.apply_chat_template else None,
-            tokenizer_name="openjarvis-engine" if suite.apply_chat_template else "",
+            system_instruction=options.system_instruction,
+            apply_chat_template=options.apply_chat_template,
+            fewshot_as_multiturn=options.fewshot_as_multiturn,
+            chat_template=_chat_messages if options.apply_chat_template else None,
+            tokenizer_name="openjarvis-engine" if options.apply_chat_template else "",
         )
     except UserError:
         raise
@@ -387,6 +348,13 @@ class HarnessDocument:
     num_fewshot: int
     doc: dict[str, Any]
     instances: tuple[Any, ...]  # lm_eval.api.instance.Instance, in request order
+
+    def content(self) -> str:
+        """What the document is, as text for the suite's content hash: the task's version and
+        scoring, the document, and every request the harness built from its YAML and data."""
+        requests = [[i.request_type, list(i.args), i.repeats] for i in self.instances]
+        what = [self.task_name, self.version, self.metric, self.filter_name, self.num_fewshot]
+        return json.dumps([*what, self.doc, requests], sort_keys=True, default=str)
 
     def answer(self, engine: Engine, request: Request) -> Completion:
         started_s = time.monotonic()
@@ -583,45 +551,16 @@ def _loglikelihood(
     return [logprob, greedy], part
 
 
-def fold_harness_options(
-    suite: str, limit: int | None, num_fewshot: int | None, include: str | None
-) -> tuple[str, int | None]:
-    """`ipw measure`'s --limit, --num-fewshot and --lm-eval-include for an lm-eval suite, folded
-    into its name (the suite that ran, stored and resumed as one string); returns the name and
-    the limit left for the runner (None: the harness applies it, per task, as lm-eval does)."""
-    if not is_harness_suite(suite):
-        if num_fewshot is not None or include is not None:
-            raise UserError(
-                "--num-fewshot and --lm-eval-include are for lm-eval suites; "
-                "use --suite lm-eval:TASK[,TASK...]"
-            )
-        return suite, limit
-    parsed = parse_harness_suite(suite)
-    if num_fewshot is not None and num_fewshot < 0:
-        raise UserError(f"--num-fewshot must be 0 or more (got {num_fewshot})")
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit must be at least 1 (got {limit}); use --all for all")
-    folded = dataclasses.replace(
-        parsed,
-        limit=limit,
-        num_fewshot=parsed.num_fewshot if num_fewshot is None else num_fewshot,
-        include=parsed.include if include is None else str(Path(include).expanduser().resolve()),
-    )
-    return harness_suite_name(folded), None
-
-
-def check_harness_suite(suite: str, engine_kind: str) -> None:
-    """Load an lm-eval suite before any model or row (its errors come first, and the load is
-    cached for the run), and refuse an engine that cannot score its log-likelihood requests."""
-    if not is_harness_suite(suite):
-        return
-    tasks = load_harness_suite(suite)
+def check_harness_tasks(tasks: Sequence[Task], engine_kind: str) -> None:
+    """Refuse an engine that cannot score the log-likelihood requests of these lm-eval tasks
+    (called with the tasks loaded, before any model or row)."""
     if engine_kind in LOGPROB_ENGINE_KINDS:
         return
     for task in tasks:
         document = task.procedure
-        assert isinstance(document, HarnessDocument), "harness tasks carry their document"
-        if any(i.request_type == "loglikelihood" for i in document.instances):
+        if isinstance(document, HarnessDocument) and any(
+            i.request_type == "loglikelihood" for i in document.instances
+        ):
             raise UserError(_no_logprobs(document.task_name, engine_kind))
 
 

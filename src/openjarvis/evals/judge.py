@@ -10,11 +10,10 @@ import dataclasses
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, quote
 
 from openjarvis import __version__
 from openjarvis.errors import UserError
@@ -48,10 +47,9 @@ __all__ = [
     "JUDGE_SUITE_PREFIX",
     "Judge",
     "JudgeSpec",
-    "fold_judge_options",
+    "check_judge",
     "judging",
     "parse_verdict",
-    "split_judge",
 ]
 
 # Bump the version with any change to the prompt: verdicts of two versions do not compare.
@@ -72,7 +70,6 @@ _REFERENCE = "\nReference answer:\n{reference}\n"
 _VERDICT = re.compile(r"VERDICT:\s*\**\s*(PASS|FAIL)\b", re.IGNORECASE)
 _JUDGE_MAX_TOKENS = 256
 JUDGE_SUITE_PREFIX = "judge-of:"  # the judge run's suite: judge-of:<judged run id>
-_OPTIONS = ("judge", "judge_base_url", "judge_api_key_env")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,37 +103,6 @@ class JudgeSpec:
             api_key_env=self.api_key_env,
             reuse_prompt_cache=False,  # each verdict pays for its own prefill
         )
-
-
-def split_judge(suite: str) -> tuple[str, JudgeSpec | None]:
-    """A suite name's file or name, and the judge its `?judge=...` names (None: no judge)."""
-    name, mark, query = suite.partition("?judge=")
-    if not mark:
-        return suite, None
-    values = dict(parse_qsl("judge=" + query, keep_blank_values=True))
-    unknown = [key for key in values if key not in _OPTIONS]
-    if unknown or not values.get("judge"):
-        raise UserError(
-            f"suite {suite!r}: a judge is written ?judge=ENGINE[:MODEL], optionally with "
-            "&judge_base_url=URL&judge_api_key_env=VAR"
-        )
-    return name, JudgeSpec.parse(
-        values["judge"], values.get("judge_base_url"), values.get("judge_api_key_env")
-    )
-
-
-def fold_judge_options(suite: str, judge: JudgeSpec | None) -> str:
-    """`ipw measure --judge ...` folded into the suite name, which is stored with the run: the
-    judge is part of what its accuracy means, and --resume judges with the same one."""
-    if judge is None:
-        return suite
-    query = {
-        "judge": judge.text(),
-        "judge_base_url": judge.base_url,
-        "judge_api_key_env": judge.api_key_env,
-    }
-    parts = "&".join(f"{k}={quote(v, safe='/:')}" for k, v in query.items() if v is not None)
-    return f"{split_judge(suite)[0]}?{parts}"
 
 
 def parse_verdict(reply: str) -> ExecutionStatus:
@@ -320,25 +286,16 @@ class _Judged:
 
 @contextmanager
 def judging(
-    suite: str, tasks: list[Task], meter: Meter, store: Store, run: RunRecord
+    spec: JudgeSpec | None, tasks: list[Task], meter: Meter, store: Store, run: RunRecord
 ) -> Iterator[list[Task]]:
     """The run's tasks with a judge bound to its open_ended ones (`run` is the judged run,
-    already stored); the judge's run is created here, resumed with the judged run, and closed
-    when the block ends."""
-    _, spec = split_judge(suite)
-    check_judge(suite, tasks)
+    already stored, its configuration checked: evals/config.py); the judge's run is created
+    here, resumed with the judged run, and closed when the block ends."""
     if spec is None:
         yield tasks
         return
     from openjarvis.records import RunRecord
 
-    if spec.engine in LOCAL_ENGINE_KINDS and run.concurrency > 1:
-        # Its windows would overlap the judged model's, which then share their joules by work.
-        store.finish_run(run.id or "", "failed", None)
-        raise UserError(
-            f"a local judge ({spec.text()}) keeps its joules apart only between the judged "
-            f"model's tasks; measure with --concurrency 1, or judge with a cloud engine"
-        )
     model = resolve_engine_model(spec.engine_spec())
     engine = open_engine(spec.engine_spec(), model)
     try:
@@ -390,9 +347,8 @@ def judging(
         engine.close()
 
 
-def check_judge(suite: str, tasks: list[Task]) -> None:
+def check_judge(spec: JudgeSpec | None, suite: str, tasks: Sequence[Task]) -> None:
     """open_ended tasks need a judge, and a judge needs open_ended tasks to judge."""
-    _, spec = split_judge(suite)
     open_ended = sum(task.kind == "open_ended" for task in tasks)
     if open_ended and spec is None:
         raise UserError(
@@ -401,6 +357,5 @@ def check_judge(suite: str, tasks: list[Task]) -> None:
         )
     if spec is not None and not open_ended:
         raise UserError(
-            f"--judge scores open_ended tasks and suite {split_judge(suite)[0]} has none; "
-            "leave --judge out"
+            f"--judge scores open_ended tasks and suite {suite} has none; leave --judge out"
         )

@@ -2,21 +2,20 @@
 them in the sandbox, and save each task to the store at once.
 """
 
-import math
 import threading
 import time
 from collections.abc import Callable, Generator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, closing
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
 
 import numpy as np
 
 from openjarvis import __version__
 from openjarvis.errors import RunInterrupted, UserError
 from openjarvis.evals import run_energy
+from openjarvis.evals.config import PreparedRun, RunConfig, prepare
 from openjarvis.evals.judge import judging
 from openjarvis.evals.metrics import (
     RunFigures,
@@ -29,116 +28,19 @@ from openjarvis.evals.metrics import (
 from openjarvis.evals.prompting import Prompting, answer_task, run_prompting, task_request
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
-from openjarvis.evals.suites import load_suite
 from openjarvis.evals.types import Task
 from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter, WindowHandle
 from openjarvis.power.edges import mean_batch
 from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
 from openjarvis.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
-from openjarvis.runtime.engines import (
-    LOCAL_ENGINE_KINDS,
-    EngineSpec,
-    open_engine,
-    resolve_engine_model,
-)
+from openjarvis.runtime.engines import open_engine
 from openjarvis.runtime.model_kind import read_model_kind
 from openjarvis.runtime.parameters import model_parameters
 from openjarvis.runtime.types import Completion, Engine
 from openjarvis.store import Store, open_store
 
-__all__ = ["MeasureResult", "MeasureSpec", "resume_measure", "run_measure"]
-
-SEED_MAX = 2**32 - 1  # llama.cpp takes 32-bit seeds, and wraps larger ones silently
-
-
-@dataclass(frozen=True, slots=True)
-class MeasureSpec:
-    model_path: str | None = None  # None: the embedded default; a cloud engine's model name
-    suite: str = "humaneval"
-    limit: int | None = 20  # None: every task
-    samples: int = 1
-    temperature: float = 0.0
-    seed: int = 0
-    idle_seconds: float = 10.0
-    scope: Scope = "system"
-    db_url: str | None = None
-    n_ctx: int = 4096
-    threads: int | None = None
-    timeout_s: float = 10.0
-    engine: str = "llamacpp"  # or torch, or a cloud engine: openai, anthropic (runtime/engines.py)
-    tp: int = 1  # torch only: tensor-parallel GPUs
-    base_url: str | None = None  # cloud engines only
-    api_key_env: str | None = None  # cloud engines only: the variable's name, never the key
-    # The GPUs whose energy counts: the engine's devices, or every visible GPU.
-    gpus: Literal["engine", "all"] = "engine"
-    # Measure even while another measurement holds a source in scope (the run is then marked
-    # shared-machine: both claim the same joules).
-    allow_shared: bool = False
-    # Tasks in flight at once (at most the engine's own concurrency); above 1 their windows
-    # overlap and share the energy by the work each did (docs/energy.md, "Shared energy").
-    concurrency: int = 1
-    # openai engine: meter a server on this machine (local), estimate per token, or auto (local
-    # when --base-url is this machine).
-    meter: str = "auto"
-
-    def engine_spec(self) -> EngineSpec:
-        # Every request starts from a cold cache so that each sample pays for its own prefill.
-        return EngineSpec(
-            kind=self.engine,
-            model=self.model_path,
-            base_url=self.base_url,
-            api_key_env=self.api_key_env,
-            n_ctx=self.n_ctx,
-            threads=self.threads,
-            tp=self.tp,
-            # The torch engine holds KV cache and start-up graphs for this many, not 64.
-            max_batch=self.concurrency,
-            reuse_prompt_cache=False,
-            meter=self.meter,
-        )
-
-    def validate(self) -> None:
-        if self.limit is not None and self.limit < 1:
-            raise UserError(f"--limit must be at least 1 (got {self.limit}); use --all for all")
-        if self.samples < 1:
-            raise UserError(f"--samples must be at least 1 (got {self.samples})")
-        if not self.temperature >= 0:  # NaN too
-            raise UserError(
-                f"--temperature must be 0 or more, 0 being greedy (got {self.temperature})"
-            )
-        highest_seed = SEED_MAX - (self.samples - 1)  # sample i uses seed + i
-        if not 0 <= self.seed <= highest_seed:
-            raise UserError(
-                f"--seed must be 0 to {highest_seed} (sample i uses seed + i, a 32-bit number; "
-                f"got {self.seed})"
-            )
-        if self.n_ctx < 1:
-            raise UserError(f"--n-ctx must be at least 1 token (got {self.n_ctx})")
-        if self.threads is not None and self.threads < 1:
-            raise UserError(
-                f"--threads must be at least 1 (got {self.threads}); leave it out for one per core"
-            )
-        if self.tp < 1:
-            raise UserError(f"--tp must be at least 1 GPU (got {self.tp})")
-        if self.samples > 1 and self.temperature == 0:
-            raise UserError("--samples above 1 needs --temperature above 0 (greedy repeats itself)")
-        if not 0 <= self.idle_seconds < math.inf:
-            raise UserError(f"--idle-seconds must be 0 or more, finite (got {self.idle_seconds})")
-        if not 0 < self.timeout_s < math.inf:
-            raise UserError(f"--timeout must be above 0 seconds, finite (got {self.timeout_s})")
-        if self.gpus not in ("engine", "all"):
-            raise UserError(f"--gpus takes engine or all (got {self.gpus!r})")
-        if self.concurrency < 1:
-            raise UserError(f"--concurrency must be at least 1 task (got {self.concurrency})")
-
-    def check_engine(self, engine: Engine) -> None:
-        """Refuse more tasks in flight than the engine takes at once, before any row."""
-        if self.concurrency > engine.concurrency:
-            raise UserError(
-                f"--concurrency {self.concurrency} is more than the {engine.kind} engine runs at "
-                f"once ({engine.concurrency}); use --concurrency {engine.concurrency} or less"
-            )
+__all__ = ["MeasureResult", "prepare_resume", "resume_measure", "run_measure"]
 
 
 @dataclass(slots=True)
@@ -176,21 +78,23 @@ class MeasureResult:
 # Called once with the number of tasks left, then after each task with (task_id, passed, n).
 StartCallback = Callable[[int], None]
 ProgressCallback = Callable[[str, int, int], None]
+# Called with the run's id once its row is written (or resumed): the supervising parent's news.
+RunCallback = Callable[[str], None]
 
 
 def run_measure(
-    spec: MeasureSpec,
+    prepared: PreparedRun,
+    db_url: str | None = None,
     on_start: StartCallback = lambda total: None,
     on_task: ProgressCallback = lambda task_id, passed, samples: None,
+    on_run: RunCallback = lambda run_id: None,
 ) -> MeasureResult:
-    """Run a suite on a model with the meter on; every check on input happens before any row."""
-    spec.validate()
-    tasks = _select_tasks(spec)
-    model = resolve_engine_model(spec.engine_spec())
-    with open_store(spec.db_url) as store:
+    """Run a prepared configuration (evals/config.py: every option already checked, before any
+    row) with the meter on, and store it in `db_url`."""
+    spec, model, tasks = prepared.config, prepared.model, list(prepared.suite.tasks)
+    with open_store(db_url) as store:
         engine = open_engine(spec.engine_spec(), model)
         try:
-            spec.check_engine(engine)
             sandbox = Sandbox.detect()
             with _metering(spec, engine) as (meter, shared_with):
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
@@ -205,8 +109,8 @@ def run_measure(
                     model_sha256=model.sha256 if model else None,
                     engine=engine.kind,
                     engine_settings=engine.settings_dict(),
-                    suite=spec.suite,
-                    options=_options(spec, sandbox, prompting),
+                    suite=prepared.suite.name,
+                    options=_options(sandbox, prompting),
                     energy_scope=spec.scope,
                     energy_method=run_energy.energy_method(meter, engine),
                     sandbox_isolation=sandbox.isolation,
@@ -219,12 +123,15 @@ def run_measure(
                     host=describe_host(gpus=gpus),
                     energy_coverage=meter.coverage.to_dict(),
                     concurrency=spec.concurrency,
+                    config=spec.to_dict(),
+                    suite_sha256=prepared.suite.sha256,
                 )
                 if shared_with:  # measured beside another measurement (--allow-shared)
                     run.options["shared_machine"] = sorted(shared_with)
                 run_id = store.create_run(run)
                 run.id = run_id
-                with judging(spec.suite, tasks, meter, store, run) as judged_tasks:
+                on_run(run_id)
+                with judging(spec.judge, tasks, meter, store, run) as judged_tasks:
                     result = _execute(
                         spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
                     )
@@ -233,30 +140,47 @@ def run_measure(
             engine.close()
 
 
+def prepare_resume(run: RunRecord, allow_shared: bool = False) -> PreparedRun:
+    """The configuration an interrupted run started with, checked again as a new run's is, and
+    refused when its suite or model changed since: nothing is written here."""
+    if run.state == "complete":
+        raise UserError(f"run {run.id} is already complete; nothing to resume")
+    if run.config is None:
+        raise UserError(
+            f"run {run.id} was stored before ipw kept a run's configuration, so it cannot be "
+            "continued; start a new run with the same options"
+        )
+    config = RunConfig.from_dict(run.config)
+    prepared = prepare(replace(config, allow_shared=config.allow_shared or allow_shared))
+    if prepared.suite.sha256 != run.suite_sha256:
+        raise UserError(
+            f"suite {run.suite} changed since run {run.id} started (its tasks hash differently);"
+            " start a new run instead of resuming"
+        )
+    model = prepared.model
+    if model is not None and model.sha256 != run.model_sha256:
+        raise UserError(
+            f"the model file {model.path} changed since run {run.id} started (sha256 differs);"
+            " start a new run instead of resuming"
+        )
+    return prepared
+
+
 def resume_measure(
     run_id: str,
     db_url: str | None = None,
     on_start: StartCallback = lambda total: None,
     on_task: ProgressCallback = lambda task_id, passed, samples: None,
     allow_shared: bool = False,
+    on_run: RunCallback = lambda run_id: None,
 ) -> MeasureResult:
-    """Finish an interrupted run with its stored options; no finished task is run again."""
+    """Finish an interrupted run with its stored configuration; no finished task is run again."""
     with open_store(db_url) as store:
         run = store.get_run(run_id)
-        if run.state == "complete":
-            raise UserError(f"run {run.id} is already complete; nothing to resume")
-        spec = _spec_from_run(run, db_url)
-        spec = replace(spec, allow_shared=spec.allow_shared or allow_shared)
-        tasks = _select_tasks(spec)
-        model = resolve_engine_model(spec.engine_spec())
-        if model is not None and model.sha256 != run.model_sha256:
-            raise UserError(
-                f"the model file {model.path} changed since run {run.id} started (sha256 differs);"
-                " start a new run instead of resuming"
-            )
-        engine = open_engine(spec.engine_spec(), model)
+        prepared = prepare_resume(run, allow_shared)
+        spec, tasks = prepared.config, list(prepared.suite.tasks)
+        engine = open_engine(spec.engine_spec(), prepared.model)
         try:
-            spec.check_engine(engine)
             sandbox = Sandbox.detect()
             with _metering(spec, engine) as (meter, shared_with):
                 run_energy.check_same_gpus(run, meter.coverage.to_dict())
@@ -265,7 +189,8 @@ def resume_measure(
                 # The idle baseline of the original run keeps net energy comparable across parts.
                 meter.idle = IdleBaseline(spec.idle_seconds, dict(run.idle_power_w))
                 store.resume_run(run.id or run_id)
-                with judging(spec.suite, tasks, meter, store, run) as judged_tasks:
+                on_run(run.id or run_id)
+                with judging(spec.judge, tasks, meter, store, run) as judged_tasks:
                     result = _execute(
                         spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
                     )
@@ -276,19 +201,14 @@ def resume_measure(
 
 
 def _metering(
-    spec: MeasureSpec, engine: Engine
+    spec: RunConfig, engine: Engine
 ) -> AbstractContextManager[tuple[Meter, dict[str, str]]]:
-    holder = f"ipw measure {spec.suite} on {engine.model_name}"
+    holder = f"ipw measure {spec.suite.name} on {engine.model_name}"
     return run_energy.metering(engine, spec.scope, spec.gpus, spec.allow_shared, holder)
 
 
-def _select_tasks(spec: MeasureSpec) -> list[Task]:
-    tasks = load_suite(spec.suite)
-    return tasks if spec.limit is None else tasks[: spec.limit]
-
-
 def _execute(
-    spec: MeasureSpec,
+    spec: RunConfig,
     run: RunRecord,
     tasks: list[Task],
     engine: Engine,
@@ -435,7 +355,7 @@ _Generated = tuple[Task, list[Completion], list[WindowHandle]]
 
 
 def _measured_tasks(
-    spec: MeasureSpec,
+    spec: RunConfig,
     tasks: list[Task],
     prompting: dict[str, Prompting],
     engine: Engine,
@@ -497,7 +417,7 @@ def _measured_tasks(
 
 
 def _generate(
-    spec: MeasureSpec,
+    spec: RunConfig,
     task: Task,
     prompting: dict[str, Prompting],
     engine: Engine,
@@ -516,19 +436,6 @@ def _generate(
         completions.append(completion)
         handles.append(window)
     return task, completions, handles
-
-
-def _spec_from_run(run: RunRecord, db_url: str | None) -> MeasureSpec:
-    """The spec a run was started with, from the options stored with it."""
-    names = {spec_field.name for spec_field in fields(MeasureSpec)}
-    # Stored as JSON (so Any here); they were validated when the run started.
-    stored: dict[str, Any] = {n: value for n, value in run.options.items() if n in names}
-    stored.setdefault("gpus", "all")  # runs from before --gpus metered every visible GPU
-    stored.setdefault("meter", "estimate")  # runs from before --meter: every server estimated
-    # A cloud run has no model file: its model is the name the server knows it by.
-    local = stored.get("engine", "llamacpp") in LOCAL_ENGINE_KINDS
-    model = run.model_path if local else run.model_name
-    return MeasureSpec(**stored, model_path=model, db_url=db_url)
 
 
 def _task_record(
@@ -579,13 +486,10 @@ def _task_record(
     )
 
 
-def _options(
-    spec: MeasureSpec, sandbox: Sandbox, prompting: dict[str, Prompting]
-) -> dict[str, object]:
-    """Everything needed to resume the run (the model path and database are stored apart)."""
-    options: dict[str, object] = asdict(spec)
-    del options["model_path"], options["db_url"]
-    return {**options, "sandbox_note": sandbox.isolation_note, "prompting": prompting}
+def _options(sandbox: Sandbox, prompting: dict[str, Prompting]) -> dict[str, object]:
+    """What the run found at its start, beside its configuration: the sandbox and the
+    prompting per task kind (a resumed run prompts as it did)."""
+    return {"sandbox_note": sandbox.isolation_note, "prompting": prompting}
 
 
 def _prompting_of(run: RunRecord, tasks: list[Task]) -> dict[str, Prompting]:

@@ -151,6 +151,8 @@ class Run(Base):
     process_pid: Mapped[int | None] = mapped_column(Integer)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     concurrency: Mapped[int] = mapped_column(Integer, server_default="1")  # tasks in flight
+    config: Mapped[dict[str, object] | None] = mapped_column(NullableJSON)  # RunConfig
+    suite_sha256: Mapped[str | None] = mapped_column(String(64), index=True)
 
     host: Mapped[Host | None] = relationship(lazy="joined")
     model: Mapped[Model] = relationship(lazy="joined")
