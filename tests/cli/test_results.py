@@ -4,6 +4,7 @@ Commands run through Typer's test runner; UserErrors surface as the exception `m
 """
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -246,3 +247,27 @@ def test_compare_across_suites_says_so_and_gives_no_verdict(store: Store, db: st
     code, output, error = ipw("compare", humaneval, arithmetic, "--db", db, "--json")
     data = json.loads(output)
     assert data["verdicts"] == [] and data["suites"][arithmetic] == "arithmetic"
+
+
+def test_show_of_a_judged_run_names_the_judge_run_and_the_samples_it_could_not_score(
+    store: Store, db: str
+) -> None:
+    judged = add_run(store, H200, "gemma", suite="open.jsonl", tasks=3)
+    unscored = replace(store.task_results(judged)[0], task_id="q/9", passed=0, statuses=("error",))
+    store.save_task_result(judged, unscored)
+    judge = add_run(store, H200, "judge-model", suite=f"judge-of:{judged}", tasks=4, seed=7)
+    code, output, error = ipw("show", judged, "--db", db)
+    assert code == 0, error
+    assert f"judged by run {judge[:8]} (`ipw show {judge[:8]}`)" in output
+    assert "1 of 4 samples could not be scored" in output
+    assert "count as not passed, so accuracy is a lower bound" in output
+    code, output, error = ipw("show", judged, "--db", db, "--json")
+    assert json.loads(output)["judge_run"] == judge
+
+
+def test_show_has_one_j_per_output_token_row(store: Store, db: str) -> None:
+    run_id = add_run(store, H200, "gemma", tasks=5, windows=True)
+    code, output, error = ipw("show", run_id, "--db", db)
+    assert code == 0, error
+    rows = [line for line in output.splitlines() if "per output token" in line]
+    assert len(rows) == 1 and "(decode alone " in rows[0]

@@ -7,7 +7,13 @@ from collections.abc import Mapping
 from openjarvis.evals.metrics import NONE_PASSED, Estimate
 from openjarvis.report.runs import format_interval, format_value
 
-__all__ = ["concurrency_rows", "interval_text", "phase_text", "windows_text"]
+__all__ = [
+    "concurrency_rows",
+    "interval_text",
+    "output_token_text",
+    "prompt_token_text",
+    "windows_text",
+]
 
 
 def interval_text(estimate: Estimate) -> str:
@@ -42,16 +48,21 @@ def concurrency_rows(figures: object) -> list[tuple[str, str]]:
     return [("tasks in flight", shared), ("J per task, exact · net", union)]
 
 
-def phase_text(phase: Mapping[str, float | None]) -> str:
-    """Prefill J per prompt token / decode J per output token, from `phase_energy`'s dict."""
-    return (
-        f"{format_value(phase.get('prefill_j_per_prompt_token'))} / "
-        f"{format_value(phase.get('decode_j_per_output_token'))}"
-    )
+def output_token_text(estimate: Estimate, phase: Mapping[str, float | None]) -> str:
+    """The one `J per output token` row: all the energy over the output tokens with its
+    interval, and the decode part alone (from the first token on) from `phase_energy`'s dict."""
+    decode = format_value(phase.get("decode_j_per_output_token"))
+    return f"{interval_text(estimate)} (decode alone {decode})"
+
+
+def prompt_token_text(phase: Mapping[str, float | None]) -> str:
+    """Prefill J per prompt token (start to first token), from `phase_energy`'s dict."""
+    return format_value(phase.get("prefill_j_per_prompt_token"))
 
 
 def windows_text(flags: object, conservation: object, *, always_ratio: bool) -> str | None:
-    """The tasks whose energy deserves a second look, and whether the windows added up to the
+    """The tasks whose energy deserves a second look, the samples that could not be scored,
+    and whether the windows added up to the
     counters (always, or only when off by more than 1 %); None when there is nothing to say.
     Takes the dicts `ipw measure` stores in a run's summary ("windows", "conservation"); with
     tasks in flight at once, the windows' energies are the tasks' shares of the union."""
@@ -64,6 +75,12 @@ def windows_text(flags: object, conservation: object, *, always_ratio: bool) -> 
         ):
             if flags.get(key):
                 parts.append(f"{flags[key]} of {flags.get('tasks', '?')} tasks {text}")
+        if flags.get("scoring_errors"):
+            parts.append(
+                f"{flags['scoring_errors']} of {flags.get('samples', '?')} samples could not be "
+                "scored (a judge gave no verdict, or the tests could not run): they count as not "
+                "passed, so accuracy is a lower bound"
+            )
     ratio = conservation.get("ratio") if isinstance(conservation, dict) else None
     if isinstance(ratio, float) and (always_ratio or abs(ratio - 1) > 0.01):
         parts.append(

@@ -10,11 +10,18 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from openjarvis.cli.figure_text import concurrency_rows, interval_text, phase_text, windows_text
+from openjarvis.cli.figure_text import (
+    concurrency_rows,
+    interval_text,
+    output_token_text,
+    prompt_token_text,
+    windows_text,
+)
 from openjarvis.cli.options import SINCE_HELP, DatabaseOption, JsonOption, parse_since
 from openjarvis.cli.output import readable, stdout_console
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import RunFigures, phase_energy, run_figures
+from openjarvis.evals.judge import JUDGE_SUITE_PREFIX
+from openjarvis.evals.metrics import RunFigures, phase_energy, run_figures, window_flags
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
@@ -100,6 +107,8 @@ def show_command(
     with open_reader(db) as store:
         record = store.get_run(run)
         tasks = store.task_results(record.id or run)
+        judges = store.list_runs(limit=1, suite=f"{JUDGE_SUITE_PREFIX}{record.id}")
+    judge_id = judges[0].id if judges else None
     figures = run_figures(record, tasks) if tasks else None
     state = shown_state(record)
     note = None if state == "complete" else f"run is {state}: figures are partial"
@@ -109,6 +118,7 @@ def show_command(
             "run": {**run_to_dict(record), "shown_state": state},
             "figures": figures.to_dict() if figures else None,
             "figures_note": note,
+            "judge_run": judge_id,
             "tasks": [dataclasses.asdict(task) for task in tasks],
         }
         console.file.write(json.dumps(data, indent=2) + "\n")
@@ -121,9 +131,16 @@ def show_command(
     if note:
         console.print(f"[yellow]note:[/] {note}")
     summary = record.summary or {}
-    windows = windows_text(summary.get("windows"), summary.get("conservation"), always_ratio=True)
+    # Counted from the saved tasks (as `ipw measure` counted them), so older runs say it too.
+    flags = window_flags(tasks)
+    windows = windows_text(flags, summary.get("conservation"), always_ratio=True)
     if windows:
         console.print(f"[dim]windows: {windows}[/]")
+    if judge_id is not None:
+        console.print(
+            f"judged by run {judge_id[:8]} (`ipw show {judge_id[:8]}`): the judge's own energy "
+            "is there, not in this run's figures"
+        )
     if evidence := busy_evidence(record):
         console.print(f"[yellow]busy-machine:[/] {'; '.join(evidence)}")
     console.print(readable(_tasks_table(record, tasks)))
@@ -208,9 +225,13 @@ def _figures_table(run: RunRecord, figures: RunFigures, tasks: list[TaskResultRe
     table = Table(title=f"figures over {figures.tasks} tasks · {figures.samples} sample(s) each")
     table.add_column("figure")
     table.add_column("value [95 % interval]", justify="right")
+    phase = phase_energy(tasks)
     for name, heading in FIGURE_COLUMNS.items():
         estimate = getattr(figures, name)
-        text = interval_text(estimate)
+        if name == "joules_per_output_token":
+            text = output_token_text(estimate, phase)
+        else:
+            text = interval_text(estimate)
         table.add_row(heading, text if name == "accuracy" else mark_estimate(text, run))
         if name == "accuracy":
             for k, estimate in figures.pass_at_k.items():
@@ -219,9 +240,7 @@ def _figures_table(run: RunRecord, figures: RunFigures, tasks: list[TaskResultRe
     table.add_row(
         "J per solved task", mark_estimate(interval_text(figures.joules_per_solved_task), run)
     )
-    table.add_row(
-        "J per prompt token / per output token", mark_estimate(phase_text(phase_energy(tasks)), run)
-    )
+    table.add_row("J per prompt token (prefill)", mark_estimate(prompt_token_text(phase), run))
     for name, value in concurrency_rows((run.summary or {}).get("concurrency")):
         table.add_row(name, mark_estimate(value, run))
     table.add_row("decode tokens/s (median)", format_value(figures.decode_tokens_per_s))
