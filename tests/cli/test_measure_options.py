@@ -66,6 +66,10 @@ INVALID = {
         ["--suite", "lm-eval:x", "--fewshot-as-multiturn"],
         "--fewshot-as-multiturn needs --apply-chat-template",
     ),
+    "negative few-shot seed": (
+        ["--suite", "lm-eval:x", "--fewshot-seed", "-1"],
+        "--fewshot-seed must be 0 or more (got -1)",
+    ),
     "lm-eval options in the name": (
         ["--suite", "lm-eval:x?num_fewshot=2"],
         "lm-eval options are flags of ipw measure now",

@@ -15,6 +15,7 @@ from rich.console import Console
 from openjarvis.cli.progress import measure_progress
 from openjarvis.cli.supervise import announce_run
 from openjarvis.errors import RunInterrupted, UserError
+from openjarvis.evals.harness import FEWSHOT_SEED
 from openjarvis.store import open_reader, refuse_if_live
 
 __all__ = ["RESUME_OPTIONS", "measure_command"]
@@ -113,6 +114,9 @@ def measure_command(
         str | None,
         typer.Option(help="lm-eval suites: a system message (or text before the prompt)"),
     ] = None,
+    fewshot_seed: Annotated[
+        int, typer.Option(help="lm-eval suites: the seed that samples the few-shot examples")
+    ] = FEWSHOT_SEED,
     judge: Annotated[
         str | None,
         typer.Option(help="open_ended tasks: the judge, ENGINE[:MODEL] (e.g. openai:gpt-4o-mini)"),
@@ -159,6 +163,7 @@ def measure_command(
         apply_chat_template=apply_chat_template,
         fewshot_as_multiturn=fewshot_as_multiturn,
         system_instruction=system_instruction,
+        fewshot_seed=fewshot_seed,
     )
     if judge is None and (judge_base_url or judge_api_key_env):
         raise UserError("--judge-base-url and --judge-api-key-env go with --judge ENGINE:MODEL")
