@@ -16,7 +16,7 @@ from openjarvis.evals.prompting import describe_prompting
 from openjarvis.evals.runner import MeasureResult
 from openjarvis.report.runs import coverage_missing, coverage_names, scope_label
 
-__all__ = ["print_summary", "summary_dict"]
+__all__ = ["newcomer_hint", "print_summary", "summary_dict"]
 
 
 def _plain(value: float | None, fmt: str) -> str:
@@ -102,6 +102,23 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
     for line in result.unavailable_sources:
         console.print(f"[dim]not measured: {line}[/]")
     console.print(f"[dim]sandbox: {result.sandbox_note}[/]")
+    if hint := newcomer_hint(result):
+        console.print(hint)
+
+
+def newcomer_hint(result: MeasureResult) -> str | None:
+    """What 0 passes of a base model means and what to try, for someone who just ran the first
+    command of the README; None where something passed or the model is not a base model."""
+    figures = result.figures
+    if figures.passed or result.model_kind != "base":
+        return None
+    return (
+        f"0 of {figures.trials} passed: {result.model_name} is a base model (pretrained, not "
+        "tuned to follow instructions), so it rarely solves these tasks, and accuracy per "
+        "joule is 0 because accuracy is; the energy figures still hold. To see passes, try an "
+        "easier suite (`ipw suites` lists them, e.g. --suite arithmetic) or a chat model "
+        "(--model PATH.gguf; `jarvis models` lists those on this machine)."
+    )
 
 
 def _prompting_text(result: MeasureResult) -> str:
