@@ -145,3 +145,14 @@ def test_prepare_stores_paths_absolute_as_provenance(
         prepare(config)
     with pytest.raises(UserError, match=r"suite file .*absent\.jsonl not found"):
         prepare(replace(config, concurrency=1, suite=SuiteConfig("absent.jsonl")))
+
+
+def test_gpu_layers_reach_the_llama_cpp_engine_and_nothing_else() -> None:
+    config = RunConfig(n_gpu_layers=-1)
+    config.validate()
+    assert config.engine_spec().n_gpu_layers == -1
+    assert RunConfig.from_dict(config.to_dict()) == config  # --resume offloads alike
+    with pytest.raises(UserError, match=r"--n-gpu-layers must be -1 \(every layer\)"):
+        RunConfig(n_gpu_layers=-2).validate()
+    with pytest.raises(UserError, match="--n-gpu-layers is for --engine llamacpp"):
+        RunConfig(engine="torch", n_gpu_layers=4).validate()

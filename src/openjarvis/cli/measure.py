@@ -72,6 +72,10 @@ def measure_command(
         str, typer.Option(help="llamacpp or torch (local), or a cloud engine: openai, anthropic")
     ] = "llamacpp",
     tp: Annotated[int, typer.Option(help="torch engine: tensor-parallel GPUs (at least 1)")] = 1,
+    n_gpu_layers: Annotated[
+        int,
+        typer.Option(help="llamacpp engine: layers offloaded to the GPU (-1: all; default 0)"),
+    ] = 0,
     concurrency: Annotated[
         int,
         typer.Option(
@@ -186,6 +190,7 @@ def measure_command(
         n_ctx=n_ctx,
         threads=threads,
         tp=tp,
+        n_gpu_layers=n_gpu_layers,
         base_url=base_url,
         api_key_env=api_key_env,
         meter=meter,

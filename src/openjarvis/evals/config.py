@@ -48,6 +48,7 @@ class RunConfig:
     n_ctx: int = 4096
     threads: int | None = None  # None: one per physical core
     tp: int = 1  # torch only: tensor-parallel GPUs
+    n_gpu_layers: int = 0  # llamacpp only: layers offloaded to the GPU (-1: every layer)
     base_url: str | None = None  # cloud engines only
     api_key_env: str | None = None  # cloud engines only: the variable's name, never the key
     # openai engine: meter a server on this machine (local), estimate per token, or auto (local
@@ -88,6 +89,13 @@ class RunConfig:
             )
         if self.tp < 1:
             raise UserError(f"--tp must be at least 1 GPU (got {self.tp})")
+        if self.n_gpu_layers < -1:
+            raise UserError(
+                f"--n-gpu-layers must be -1 (every layer), 0 (none) or more (got "
+                f"{self.n_gpu_layers})"
+            )
+        if self.n_gpu_layers != 0 and self.engine != "llamacpp":
+            raise UserError("--n-gpu-layers is for --engine llamacpp; drop it")
         if not 0 <= self.idle_seconds < math.inf:
             raise UserError(f"--idle-seconds must be 0 or more, finite (got {self.idle_seconds})")
         if not 0 < self.timeout_s < math.inf:
@@ -127,6 +135,7 @@ class RunConfig:
             n_ctx=self.n_ctx,
             threads=self.threads,
             tp=self.tp,
+            n_gpu_layers=self.n_gpu_layers,
             # The torch engine holds KV cache and start-up graphs for this many, not 64.
             max_batch=self.concurrency,
             reuse_prompt_cache=False,
