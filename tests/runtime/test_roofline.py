@@ -7,7 +7,12 @@ import pytest
 
 from openjarvis.runtime import roofline
 from openjarvis.runtime.gguf import read_gguf_header
-from openjarvis.runtime.roofline import decode_bytes_per_token, host_bandwidth, measure_bandwidth
+from openjarvis.runtime.roofline import (
+    decode_bytes_per_token,
+    host_bandwidth,
+    measure_bandwidth,
+    step_bytes_per_token,
+)
 from tests.runtime.gguf_files import write_gguf
 
 
@@ -40,6 +45,14 @@ def test_cache_file_is_per_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(roofline.socket, "gethostname", lambda: "bench-7")
     assert roofline.bandwidth_cache_path() == tmp_path / "openjarvis" / "bandwidth-bench-7.json"
+    gpu = roofline.bandwidth_cache_path("GPU-1234")
+    assert gpu == tmp_path / "openjarvis" / "bandwidth-bench-7-GPU-1234.json"
+
+
+def test_a_batch_shares_the_weights_but_not_the_kv_cache() -> None:
+    # 4 sequences at 100 positions of 10 bytes each: 1000 bytes of weights read once per step.
+    assert step_bytes_per_token(1000, 10, 100, batch=4) == (1000 + 4 * 10 * 100) / 4
+    assert step_bytes_per_token(1000, 10, 100) == 1000 + 10 * 100
 
 
 def test_bytes_per_token_is_weights_plus_kv_read(tmp_path: Path) -> None:

@@ -1,12 +1,16 @@
-"""The roofline of decode: this host's memory bandwidth (measured once, cached) and bytes/token.
+"""The roofline of decode, one model for every engine: the bytes a decode step reads per token
+it makes, and the memory bandwidth it reads them at (measured once per host or device, cached).
 
 MBU = decode rate x bytes read per token / bandwidth (docs/energy.md and the README's figures).
+The torch engine measures a GPU's bandwidth itself (torch lives in runtime/torch) and caches it
+here, beside the host's.
 """
 
 import itertools
 import json
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,9 +24,12 @@ from openjarvis.runtime.gguf import GgufHeader
 __all__ = [
     "Bandwidth",
     "bandwidth_cache_path",
+    "cached_bandwidth",
     "decode_bytes_per_token",
     "host_bandwidth",
+    "kv_bytes_per_position",
     "measure_bandwidth",
+    "step_bytes_per_token",
 ]
 
 _ARRAY_BYTES = 256 << 20  # per array: far beyond any CPU cache, so each copy goes to DRAM
@@ -42,8 +49,10 @@ class Bandwidth:
         return self.bytes_per_s / 1e9
 
 
-def bandwidth_cache_path() -> Path:
-    return user_cache_dir() / "openjarvis" / f"bandwidth-{socket.gethostname()}.json"
+def bandwidth_cache_path(device: str | None = None) -> Path:
+    """The cache file of this host's bandwidth, or of one of its devices (by a stable id)."""
+    name = socket.gethostname() if device is None else f"{socket.gethostname()}-{device}"
+    return user_cache_dir() / "openjarvis" / f"bandwidth-{name}.json"
 
 
 def measure_bandwidth(array_bytes: int = _ARRAY_BYTES, max_threads: int | None = None) -> Bandwidth:
@@ -75,18 +84,37 @@ def measure_bandwidth(array_bytes: int = _ARRAY_BYTES, max_threads: int | None =
 
 def host_bandwidth(cache_path: Path | None = None) -> Bandwidth:
     """This host's bandwidth from its cache file, measured (about a second) the first time."""
-    path = cache_path or bandwidth_cache_path()
+    return cached_bandwidth(cache_path or bandwidth_cache_path(), measure_bandwidth)
+
+
+def cached_bandwidth(path: Path, measure: Callable[[], Bandwidth]) -> Bandwidth:
+    """The bandwidth in `path`, or `measure()`'s, written there for the next process."""
     try:
         return Bandwidth(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         pass  # absent or unreadable: measure again and rewrite it
-    bandwidth = measure_bandwidth()
+    bandwidth = measure()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(bandwidth), indent=2))
     except OSError:
         pass  # an unwritable cache costs one measurement per process, nothing else
     return bandwidth
+
+
+def step_bytes_per_token(
+    weights_bytes: float, kv_bytes_per_context: float, context_tokens: float, batch: float = 1.0
+) -> float:
+    """Bytes a decode step reads per token it makes: the weights once per step, shared by the
+    `batch` sequences in it, plus each sequence's keys and values over its context."""
+    return (weights_bytes + batch * kv_bytes_per_context * context_tokens) / batch
+
+
+def kv_bytes_per_position(
+    layers: int, kv_heads: int, key_length: int, value_length: int, element_bytes: int
+) -> int:
+    """Bytes of keys and values one cached position holds over all layers."""
+    return layers * kv_heads * (key_length + value_length) * element_bytes
 
 
 def decode_bytes_per_token(
@@ -108,7 +136,9 @@ def decode_bytes_per_token(
         key_length = value_length = width // heads
     if not isinstance(layers, int) or not isinstance(kv_heads, int):
         return None
-    kv_per_token = layers * kv_heads * (key_length + value_length) * _KV_BYTES_PER_VALUE
+    kv_bytes = kv_bytes_per_position(
+        layers, kv_heads, key_length, value_length, _KV_BYTES_PER_VALUE
+    )
     # Every layer is counted over the whole context: an upper bound for sliding-window layers,
     # and small beside the weights at the context lengths of coding prompts.
-    return weights_bytes + kv_per_token * context_tokens
+    return step_bytes_per_token(weights_bytes, kv_bytes, context_tokens)
