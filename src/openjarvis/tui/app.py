@@ -20,16 +20,18 @@ from openjarvis.errors import UserError
 from openjarvis.store import Store
 from openjarvis.tui.chat import REPLY_TOKENS, Chat
 from openjarvis.tui.conversation import Role
-from openjarvis.tui.energy import AssistantMeter, LiveWatts
+from openjarvis.tui.energy import AssistantMeter, LiveWatts, format_joules
 from openjarvis.tui.engines import LoadedModel, ModelOpener
 from openjarvis.tui.events import (
     ModelFailed,
     ModelLoaded,
     ReplyChunk,
     ReplyEnded,
+    TestsFinished,
     ToolFinished,
     ToolPending,
 )
+from openjarvis.tui.project_tests import TEST_TIMEOUT_S, detect_test_command, run_tests
 from openjarvis.tui.protocol import ToolCall, parse_reply
 from openjarvis.tui.replies import ReplyStream, reply_footer, split_reply
 from openjarvis.tui.status import LiveStatus, StatusBar, StatusState
@@ -38,6 +40,7 @@ from openjarvis.tui.tools import PendingCommand, PendingEdit, summary
 from openjarvis.tui.widgets import (
     ApprovalPrompt,
     ContextPrompt,
+    FailuresPrompt,
     HistoryInput,
     Notice,
     ReplyView,
@@ -59,6 +62,9 @@ for the rest of the session).
   (see `jarvis models`), `openai:MODEL[@BASE_URL]` (any OpenAI-compatible server),
   `anthropic:MODEL`
 - `/cost`: the session's energy (and dollars for cloud models) by model
+- `/test`: run the project's tests (pytest, npm test, cargo test or go test, found from its
+  files; `/test COMMAND` sets another for the session), with the joules they took; failures
+  can go to the model
 - `/undo`: revert the last edit the assistant applied
 - `/clear`: start a new session (the old one stays stored; `jarvis --resume` continues the last)
 - `/help`: this list; `/quit` leaves (also Ctrl+Q)
@@ -116,6 +122,7 @@ class AssistantApp(App[None]):
         self._asked_while_loading = False  # a question typed before the model was ready
         self._reply: ReplyView | None = None  # the reply streaming into the chat
         self._reply_stream: ReplyStream | None = None
+        self._test_command: str | None = None  # set by `/test COMMAND` for the session
 
     @property
     def status(self) -> StatusState:
@@ -418,6 +425,55 @@ class AssistantApp(App[None]):
         if self.busy:
             await self.notice(f"`/{command}` waits until the assistant is idle.", warning=True)
         return self.busy
+
+    async def command_test(self, argument: str) -> None:
+        if await self._refuse_while_busy("test"):
+            return
+        if argument:
+            self._test_command = argument
+        command, found_by = self._test_command, "set with /test COMMAND"
+        if command is None:
+            command, found_by = detect_test_command(self.tools.workspace.root)
+        if command is None:
+            await self.notice(f"No test command found ({found_by}); `/test COMMAND` sets one.")
+            return
+        await self.notice(f"Running `{command}` ({found_by})…")
+        self.set_activity(f"testing: {command}…", True)
+        self._run_tests(command)
+
+    @work(thread=True, group="tool")
+    def _run_tests(self, command: str) -> None:
+        root = self.tools.workspace.root
+        self.post_message(TestsFinished(run_tests(command, root, self.meter, TEST_TIMEOUT_S)))
+
+    @on(TestsFinished)
+    async def _tests_finished(self, event: TestsFinished) -> None:
+        run = event.run
+        joules = format_joules(run.energy.energy_j, run.energy.method)
+        if run.energy.energy_j is None and run.energy.null_reason:
+            joules = f"energy unknown ({run.energy.null_reason})"
+        title = f"$ {run.result.command} · {run.status} · {joules}"
+        await self._mount(ToolView(title, run.result.for_model()))
+        self.set_activity("ready", False)
+        if run.passed:
+            await self.notice(f"Tests passed · {joules}")
+            return
+        await self.notice(f"Tests {run.status} · {joules}", warning=True)
+        prompt = FailuresPrompt(run, self.model is not None)
+        await self._mount(prompt)
+        prompt.focus()
+
+    @on(FailuresPrompt.Decided)
+    async def _failures_decided(self, event: FailuresPrompt.Decided) -> None:
+        run = event.control.run
+        await event.control.remove()
+        self.query_one(HistoryInput).focus()
+        if not event.send or self.model is None or self.busy:
+            return
+        await self._mount(UserLine("[the test failures]"))
+        self.tools.new_turn()
+        self.add_message("user", run.for_model())
+        await self.send()
 
     async def command_undo(self, argument: str) -> None:
         if await self._refuse_while_busy("undo"):

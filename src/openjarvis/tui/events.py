@@ -6,6 +6,7 @@ Workers never touch widgets; they post one of these and the app's handlers do th
 from textual.message import Message
 
 from openjarvis.tui.engines import LoadedModel
+from openjarvis.tui.project_tests import TestRun
 from openjarvis.tui.replies import ReplyOutcome
 from openjarvis.tui.tooling import ToolOutcome
 from openjarvis.tui.tools import PendingCommand, PendingEdit
@@ -15,6 +16,7 @@ __all__ = [
     "ModelLoaded",
     "ReplyChunk",
     "ReplyEnded",
+    "TestsFinished",
     "ToolFinished",
     "ToolPending",
 ]
@@ -62,3 +64,13 @@ class ToolPending(Message):
     def __init__(self, pending: PendingEdit | PendingCommand) -> None:
         super().__init__()
         self.pending = pending
+
+
+class TestsFinished(Message):
+    """`/test` ran the project's tests."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    def __init__(self, run: TestRun) -> None:
+        super().__init__()
+        self.run = run

@@ -15,11 +15,13 @@ from textual.message import Message
 from textual.widgets import Collapsible, Input, Markdown, Static
 
 from openjarvis.tui.conversation import ContextCheck
+from openjarvis.tui.project_tests import TestRun, failure_lines
 from openjarvis.tui.tools import PendingCommand, PendingEdit
 
 __all__ = [
     "ApprovalPrompt",
     "ContextPrompt",
+    "FailuresPrompt",
     "HistoryInput",
     "Notice",
     "ReplyView",
@@ -163,6 +165,44 @@ class ContextPrompt(Vertical, can_focus=True):
         if choice == "drop" and not self.check.droppable_turns:
             return
         self.post_message(self.Decided(self, drop=choice == "drop"))
+
+
+class FailuresPrompt(Vertical, can_focus=True):
+    """The project's tests failed: hand the failures to the model, or keep them."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "decide(True)", "send the failures"),
+        Binding("n", "decide(False)", "keep them"),
+    ]
+
+    class Decided(Message):
+        def __init__(self, prompt: "FailuresPrompt", send: bool) -> None:
+            super().__init__()
+            self.prompt = prompt
+            self.send = send
+
+        @property
+        def control(self) -> "FailuresPrompt":
+            return self.prompt
+
+    def __init__(self, run: TestRun, with_model: bool) -> None:
+        super().__init__(classes="prompt")
+        self.run = run
+        self.with_model = with_model
+
+    def compose(self) -> ComposeResult:
+        failures = failure_lines(self.run.result.output)
+        shown = "\n".join(failures) or "(no line names a failure: see the output above)"
+        yield Static(shown, markup=False)
+        if self.with_model:
+            yield Static("[b]Send the failures to the model?[/b]   [b]y[/b] yes   [b]n[/b] no")
+        else:
+            yield Static("No model is loaded to send them to. [b]n[/b] close")
+
+    def action_decide(self, send: bool) -> None:
+        if send and not self.with_model:
+            return
+        self.post_message(self.Decided(self, send))
 
 
 class HistoryInput(Input):
