@@ -5,18 +5,20 @@ Figures are computed by evals.metrics from the synthetic tasks, as `ipw measure`
 
 import hashlib
 import random
+from datetime import datetime
 
 from openjarvis.evals.metrics import compute_figures, phase_energy, task_figures, window_flags
 from openjarvis.store import (
     EnergyRecord,
     HostRecord,
     PowerSampleRecord,
+    RequestLogRecord,
     RunRecord,
     Store,
     TaskResultRecord,
 )
 
-__all__ = ["add_run", "make_host"]
+__all__ = ["add_run", "logged_request", "make_host"]
 
 
 def make_host(hostname: str, gpus: tuple[str, ...] = ()) -> HostRecord:
@@ -153,3 +155,27 @@ def add_run(
             }
         store.finish_run(run_id, state, summary if state == "complete" else None)
     return run_id
+
+
+def logged_request(model: str, tokens: int, started_at: datetime) -> RequestLogRecord:
+    """One `jarvis serve` request log row, its figures following from `tokens`."""
+    return RequestLogRecord(
+        endpoint="/v1/chat/completions",
+        model_name=model,
+        engine="llamacpp",
+        stream=True,
+        prompt_tokens=12,
+        completion_tokens=tokens,
+        finish_reason="stop",
+        wall_s=0.5 + tokens / 100,
+        ttft_s=0.1,
+        decode_tokens_per_s=40.0,
+        energy_j=3.0 * tokens,
+        net_energy_j=2.0 * tokens,
+        energy_method="counter",
+        energy_scope="accelerator",
+        energy_null_reason=None,
+        shared=tokens % 2 == 0,
+        mean_batch=2.0,
+        started_at=started_at,
+    )

@@ -10,13 +10,14 @@ import os
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from openjarvis.store import open_store
+from openjarvis.store import log_request, open_store
 from tests.store.conftest import downgrade
-from tests.synthetic import add_run, make_host
+from tests.synthetic import add_run, logged_request, make_host
 
 __all__: list[str] = []
 
@@ -210,7 +211,7 @@ def test_runs_and_show_name_a_run_whose_process_ended_with_its_saved_tasks(
     # Another process measures a run, saves two tasks, and ends without finishing it.
     script = (
         "import os, sys; from openjarvis.store import open_store; "
-        "from tests.synthetic import add_run, make_host; "
+        "from tests.synthetic import add_run, logged_request, make_host; "
         "store = open_store(sys.argv[1]); "
         "print(add_run(store, make_host('laptop'), tasks=2, state='running'), os.getpid())"
     )
@@ -262,3 +263,19 @@ def test_merge_reads_an_older_database_in_a_read_only_folder(
     assert files_under(folder) == before
     with open_store(str(team)) as merged:
         assert len(merged.task_results(run_id)) == 2
+
+
+def test_export_keeps_the_request_log(tmp_path: Path, env: dict[str, str]) -> None:
+    """`ipw db export` once dropped jarvis serve's request log (32 rows became 0)."""
+    source, exported = tmp_path / "serve.db", tmp_path / "export.db"
+    start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    with open_store(str(source)) as store:
+        add_run(store, LAPTOP, tasks=2)
+        for n in range(32):
+            log_request(store, logged_request("gemma", n + 1, start + timedelta(seconds=n)))
+    code, out, err = ipw("db", "export", str(exported), "--db", str(source), env=env)
+    assert code == 0, err
+    assert f"exported to {exported}: 1 run(s), 32 logged request(s)" in " ".join(out.split())
+    code, out, err = ipw("requests", "--db", str(exported), "--json", env=env)
+    assert code == 0, err
+    assert json.loads(out)["totals"]["requests"] == 32

@@ -17,7 +17,6 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from openjarvis.errors import UserError
 from openjarvis.store import (
-    RequestLogRecord,
     Store,
     log_request,
     merge_all,
@@ -27,7 +26,7 @@ from openjarvis.store import (
     request_logs,
 )
 from tests.store.conftest import downgrade
-from tests.synthetic import add_run, make_host
+from tests.synthetic import add_run, logged_request, make_host
 
 __all__: list[str] = []
 
@@ -209,36 +208,13 @@ def test_merging_several_sources_is_all_or_nothing(tmp_path: Path) -> None:
     assert row_counts(f"sqlite:///{target_path}")["task_result"] == 1
 
 
-def _logged(model: str, tokens: int, started_at: datetime) -> RequestLogRecord:
-    return RequestLogRecord(
-        endpoint="/v1/chat/completions",
-        model_name=model,
-        engine="llamacpp",
-        stream=True,
-        prompt_tokens=12,
-        completion_tokens=tokens,
-        finish_reason="stop",
-        wall_s=0.5 + tokens / 100,
-        ttft_s=0.1,
-        decode_tokens_per_s=40.0,
-        energy_j=3.0 * tokens,
-        net_energy_j=2.0 * tokens,
-        energy_method="counter",
-        energy_scope="accelerator",
-        energy_null_reason=None,
-        shared=tokens % 2 == 0,
-        mean_batch=2.0,
-        started_at=started_at,
-    )
-
-
 def test_the_request_log_travels_with_a_merge_once(store: Store, laptop_db: str) -> None:
     """`jarvis serve`'s request log is copied (its rows have no id shared across databases: they
     match by when they started and what they were), and merging again adds none."""
     start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-    log_request(store, _logged("gemma", 5, start))  # the target's own request
+    log_request(store, logged_request("gemma", 5, start))  # the target's own request
     with open_store(laptop_db) as laptop:
-        theirs = [_logged("gemma", n, start + timedelta(seconds=n)) for n in (5, 8, 13)]
+        theirs = [logged_request("gemma", n, start + timedelta(seconds=n)) for n in (5, 8, 13)]
         for record in theirs:
             log_request(laptop, record)
         counts = merge_into(store, laptop)

@@ -34,7 +34,7 @@ db_app = typer.Typer(
 def _describe(counts: MergeCounts) -> str:
     return (
         f"{counts.added} run(s) added, {counts.replaced} updated, "
-        f"{counts.unchanged} already present"
+        f"{counts.unchanged} already present; {counts.requests_added} logged request(s) added"
     )
 
 
@@ -50,7 +50,8 @@ def export_command(
     file: Annotated[Path, typer.Argument(help="New SQLite file to write")],
     db: DatabaseOption = None,
 ) -> None:
-    """Copy every run of the database into a new SQLite file, to merge on another machine."""
+    """Copy every run, and jarvis serve's request log, into a new SQLite file, to merge on
+    another machine."""
     if file.exists():
         raise UserError(f"{file} already exists; name a new file, or `ipw db merge` into it")
     with open_reader(db) as source:
@@ -61,7 +62,9 @@ def export_command(
             for suffix in ("", "-wal", "-shm", "-journal"):
                 Path(f"{file}{suffix}").unlink(missing_ok=True)  # ours: it did not exist
             raise
-    Console().print(f"exported to {file}: {counts.added} run(s)")
+    Console().print(
+        f"exported to {file}: {counts.added} run(s), {counts.requests_added} logged request(s)"
+    )
 
 
 @db_app.command("merge")
