@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 import psutil
 
 from openjarvis.errors import UserError
+from openjarvis.reference import cost_usd
 from openjarvis.runtime.cloud_http import CloudHttp, ServerEvent
-from openjarvis.runtime.cloud_tables import cost_usd, estimate_energy
+from openjarvis.runtime.cloud_tables import estimate_energy
 from openjarvis.runtime.token_count import GgufTokenCounter, tokenizer_file
 from openjarvis.runtime.types import (
     ChatRequest,

@@ -2,11 +2,10 @@
 labelled as an estimate; the tables themselves are read in `openjarvis.reference`.
 """
 
-from openjarvis.reference import cost_usd, energy_class
+from openjarvis.reference import energy_class
 from openjarvis.runtime.types import EnergyEstimate
 
-# cost_usd is the runtime's as well as the report's: the cloud engine prices each request.
-__all__ = ["cost_usd", "estimate_energy"]
+__all__ = ["estimate_energy"]
 
 
 def estimate_energy(model: str, prompt_tokens: int, completion_tokens: int) -> EnergyEstimate:
