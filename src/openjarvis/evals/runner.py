@@ -97,7 +97,9 @@ def run_measure(
         try:
             sandbox = Sandbox.detect()
             with _metering(spec, engine) as (meter, shared_with):
-                idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
+                # What else the machine does while idle is measured, and during the tasks.
+                with run_energy.watching_machine("idle", meter) as idle_watch:
+                    idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
                 gpus = tuple(
                     run_energy.gpu_description(s) for s in meter.sources if s.domain == "gpu"
                 )
@@ -131,10 +133,16 @@ def run_measure(
                 run_id = store.create_run(run)
                 run.id = run_id
                 on_run(run_id)
-                with judging(spec.judge, tasks, meter, store, run) as judged_tasks:
+                with (
+                    judging(spec.judge, tasks, meter, store, run) as judged_tasks,
+                    run_energy.watching_machine("tasks", meter) as tasks_watch,
+                ):
                     result = _execute(
                         spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
                     )
+                result.energy_note = run_energy.record_machine(
+                    store, result.run_id, result.energy_note, (idle_watch, tasks_watch), meter
+                )
                 return replace(result, energy_coverage=run.energy_coverage)
         finally:
             engine.close()
@@ -190,10 +198,16 @@ def resume_measure(
                 meter.idle = IdleBaseline(spec.idle_seconds, dict(run.idle_power_w))
                 store.resume_run(run.id or run_id)
                 on_run(run.id or run_id)
-                with judging(spec.judge, tasks, meter, store, run) as judged_tasks:
+                with (
+                    judging(spec.judge, tasks, meter, store, run) as judged_tasks,
+                    run_energy.watching_machine("tasks", meter) as tasks_watch,
+                ):
                     result = _execute(
                         spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
                     )
+                result.energy_note = run_energy.record_machine(
+                    store, result.run_id, result.energy_note, (None, tasks_watch), meter
+                )
                 coverage = run.energy_coverage or meter.coverage.to_dict()  # older runs: now
                 return replace(result, energy_coverage=coverage)
         finally:
