@@ -28,6 +28,7 @@ from openjarvis.evals.config import RunConfig, prepare
 from openjarvis.evals.runner import MeasureResult, resume_measure, run_measure
 from openjarvis.evals.suites import SuiteConfig, load_suite, reference_solutions
 from openjarvis.power import rapl
+from openjarvis.runtime.ledger import StepLedger
 from openjarvis.runtime.types import Completion, Request, StreamChunk, WorkPiece
 from openjarvis.store import open_store
 from tests.fakes.nvml import FakeGpu, install_fake_nvml
@@ -104,6 +105,7 @@ class BatchingEngine:
         self._wake = threading.Condition()
         self._closed = True
         self._thread = threading.Thread()
+        self.ledger = StepLedger()  # the engine's record of its steps, for the meter
 
     def open(self) -> "BatchingEngine":
         """Start the engine's loop (again, for a resumed run)."""
@@ -120,6 +122,7 @@ class BatchingEngine:
         prompt = getattr(request, "prompt", None) or request.messages[-1].content  # type: ignore[union-attr]
         text, tokens = self.replies[prompt]
         sequence = Sequence(text, tokens)
+        self.ledger.attach(request.ledger_key, sequence.pieces)
         with self._wake:
             self._active.append(sequence)
             self._wake.notify()
@@ -141,11 +144,14 @@ class BatchingEngine:
     def _loop(self) -> None:
         while True:
             with self._wake:
+                if not self._active:
+                    self.ledger.idle()
                 while not self._active and not self._closed:
                     self._wake.wait()
                 if self._closed:
                     return
                 batch = list(self._active)
+            self.ledger.busy()
             step = [time.monotonic(), math.inf, float(len(batch))]
             with self.board.lock:
                 self.board.steps.append(step)
@@ -160,6 +166,7 @@ class BatchingEngine:
                 sequence.left -= 1
                 if sequence.left == 0:
                     self._finish(sequence, end_s)
+            self.ledger.landed(end_s)
 
     def _finish(self, sequence: Sequence, end_s: float) -> None:
         assert sequence.first_token_s is not None

@@ -243,13 +243,14 @@ def test_idle_power_is_measured_and_subtracted(
         spend(meter, clock, 2.0)
     spend(meter, clock, 1.0)
     meter.settle()
-    (gpu,) = window.result.sources
+    settled = window.wait_settled()  # the tail too (result alone does not wait for it)
+    (gpu,) = settled.sources
     # Within the idle baseline's own error (refresh times placed to a few ms over 3 s).
     assert gpu.energy_j == pytest.approx(600.0, rel=2e-3)
     assert gpu.idle_power_w == pytest.approx(80.0, rel=5e-3)
     assert gpu.net_energy_j == pytest.approx(440.0, rel=2e-3)
-    assert window.result.net_energy_j == gpu.net_energy_j
-    assert window.result.tail_energy_j == pytest.approx(0.0, abs=0.5)
+    assert settled.net_energy_j == gpu.net_energy_j
+    assert settled.tail_energy_j == pytest.approx(0.0, abs=0.5)
     assert meter.total().net_energy_j == pytest.approx(440.0, rel=2e-3)
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from openjarvis.power.edges import Knot, Piece, Span, attribute, mean_batch
 from openjarvis.power.meter import Meter
+from openjarvis.runtime.ledger import StepLedger
+from openjarvis.runtime.types import WorkPiece
 from tests.fakes.clock import FakeClock
 from tests.fakes.nvml import FakeGpu, SteppingCounter, install_fake_nvml
 from tests.power.test_meter import spend
@@ -44,18 +46,21 @@ def run_batch(
     meter: Meter, clock: FakeClock, engine: Engine, schedule: list[tuple[int, int, int]]
 ) -> list:
     """Windows open and close at step boundaries (first step, last step + 1, tokens per step);
-    the engine runs one step at a time over the windows active in it and each window gets its
-    pieces, as a batching engine fills `Completion.work`."""
+    the engine runs one step at a time over the windows active in it and files each step in
+    its ledger as it lands, as a batching engine does."""
+    ledger = StepLedger(clock)
+    meter.follow(ledger)
     contexts = [meter.window(f"request-{i}") for i in range(len(schedule))]
     handles: list = [None] * len(schedule)
-    pieces: list[list[Piece]] = [[] for _ in schedule]
+    works: list[list[WorkPiece]] = [[] for _ in schedule]
+    ledger.busy()
     for step in range(max(end for _, end, _ in schedule) + 1):
         for i, (first, last, _) in enumerate(schedule):
             if step == last:
                 contexts[i].__exit__(None, None, None)
-                handles[i].add_work(pieces[i])
             if step == first:
                 handles[i] = contexts[i].__enter__()
+                ledger.attach(handles[i].key, works[i])
         active = [i for i, (first, last, _) in enumerate(schedule) if first <= step < last]
         if not active:
             continue
@@ -64,7 +69,11 @@ def run_batch(
         engine.steps.append((start_s, start_s + STEP_S, tokens))
         spend(meter, clock, STEP_S)
         for i in active:
-            pieces[i].append(Piece(start_s, clock.now_s, schedule[i][2] / tokens, len(active)))
+            works[i].append(WorkPiece(start_s, clock.now_s, schedule[i][2] / tokens, len(active)))
+        ledger.landed(clock.now_s)
+    ledger.idle()
+    for handle, work in zip(handles, works, strict=True):
+        handle.work = work  # for the checks below
     return handles
 
 
@@ -79,7 +88,7 @@ def test_overlapping_windows_with_work_add_up_to_the_union_and_idle_counts_once(
     spend(meter, clock, 0.5)  # the wind-down after the last step: the last window's tail
     meter.settle()
     run_end_s = clock.now_s
-    results = [handle.result for handle in handles]
+    results = [handle.wait_settled() for handle in handles]
 
     assert all(result.shared for result in results)
     total = meter.total()  # the union of the windows and the last one's tail
@@ -98,11 +107,11 @@ def test_overlapping_windows_with_work_add_up_to_the_union_and_idle_counts_once(
     # Each request's share follows its tokens: the above-idle energy of its steps' tokens
     # (whole intervals are split, so a request's figure is close, the sum exact).
     for handle, result in zip(handles, results, strict=True):
-        own_j = sum(p.share * (p.end_s - p.start_s) for p in handle._work)
+        own_j = sum(p.share * (p.end_s - p.start_s) for p in handle.work)
         ideal_j = sum(
             p.share * (p.end_s - p.start_s) * (TOKEN_W * tokens + IDLE_W)
             for p, (_, _, tokens) in zip(
-                handle._work,
+                handle.work,
                 [s for s in engine.steps if s[0] >= handle.start_s and s[1] <= handle.end_s],
                 strict=True,
             )
@@ -121,7 +130,7 @@ def test_twice_the_tokens_in_the_same_steps_is_twice_the_energy(
     double, single = run_batch(meter, clock, engine, [(0, 20, 2), (0, 20, 1)])
     spend(meter, clock, 0.5)
     meter.settle()
-    double_result, single_result = double.result, single.result
+    double_result, single_result = double.wait_settled(), single.wait_settled()
     assert double_result.net_energy_j == pytest.approx(2 * single_result.net_energy_j, rel=1e-9)
     assert double_result.energy_j == pytest.approx(2 * single_result.energy_j, rel=1e-9)
     assert (double_result.mean_batch, single_result.mean_batch) == (2.0, 2.0)
@@ -161,24 +170,70 @@ def test_mean_batch_is_weighted_by_step_time():
     assert mean_batch([]) is None
 
 
-def test_a_window_with_work_waits_for_the_work_of_a_neighbour_that_closed(
+def test_attribution_by_the_ledger_equals_splitting_each_window_with_all_steps_known(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """The accountant splits each interval once, as the steps land; the same steps handed to
+    `attribute` whole, window by window over its knots (as the meter did when requests
+    brought their steps after they ended), give the same energies."""
+    engine = Engine()
+    meter, _ = meter_on(monkeypatch, clock, engine)
+    handles = run_batch(meter, clock, engine, [(0, 30, 2), (5, 35, 1), (10, 40, 1), (15, 45, 1)])
+    spend(meter, clock, 0.5)
+    meter.settle()
+    results = [handle.wait_settled() for handle in handles]
+    (track,) = meter._tracks
+    idle_w = meter.idle.power_w[track.source.name]
+    pad_s = track.refresh.uncertainty_s
+    for index, (handle, result) in enumerate(zip(handles, results, strict=True)):
+        knots, fault = track.knots_around(handle.start_s, handle.tail_end_s)
+        assert fault is None
+        low_s, high_s = knots[0].time_s, knots[-1].time_s
+        near = [i for i, h in enumerate(handles) if h.start_s < high_s and h.end_s > low_s]
+        spans = [
+            Span(handles[i].start_s, handles[i].end_s, work=tuple(handles[i].work)) for i in near
+        ]
+        share = attribute(knots, spans, idle_w, pad_s)[near.index(index)]
+        assert result.energy_j == pytest.approx(share.energy_j, rel=1e-9)
+        assert result.net_energy_j == pytest.approx(share.net_j, rel=1e-9)
+
+
+def test_a_request_is_published_a_refresh_after_its_end_while_its_neighbour_runs_on(
     monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
     engine = Engine()
     meter, _ = meter_on(monkeypatch, clock, engine)
-    first, second = meter.window("a"), meter.window("b")
-    a, b = first.__enter__(), second.__enter__()
-    start_s = clock.now_s
-    engine.steps.append((start_s, start_s + 0.3, 2))
-    spend(meter, clock, 0.3)
-    first.__exit__(None, None, None)
-    second.__exit__(None, None, None)
-    a.add_work([Piece(start_s, clock.now_s, 0.5, 2)])
-    spend(meter, clock, 0.3)
-    meter.settle()
-    spend(meter, clock, 0.3)
-    assert a.settled() is None  # b's work may still come
-    b.add_work([Piece(start_s, start_s + 0.3, 0.5, 2)])
-    settled = a.settled()
-    assert settled is not None and settled.shared
-    assert settled.energy_j == pytest.approx(b.result.energy_j, rel=1e-9)
+    ledger = StepLedger(clock)
+    meter.follow(ledger)
+    short_work: list[WorkPiece] = []
+    long_work: list[WorkPiece] = []
+    long_context = meter.window("long")
+    long = long_context.__enter__()
+    ledger.attach(long.key, long_work)
+    ledger.busy()
+    with meter.window("short") as short:
+        ledger.attach(short.key, short_work)
+        for _ in range(15):  # 0.3 s of steps shared by both
+            start_s = clock.now_s
+            engine.steps.append((start_s, start_s + STEP_S, 2))
+            spend(meter, clock, STEP_S)
+            for work in (short_work, long_work):
+                work.append(WorkPiece(start_s, clock.now_s, 0.5, 2))
+            ledger.landed(clock.now_s)
+    assert short.end_s is not None
+    published_s = None
+    for _ in range(100):  # 2 s more of the long request alone
+        start_s = clock.now_s
+        engine.steps.append((start_s, start_s + STEP_S, 1))
+        spend(meter, clock, STEP_S)
+        long_work.append(WorkPiece(start_s, clock.now_s, 1.0, 1))
+        ledger.landed(clock.now_s)
+        if published_s is None and short.energy is not None:
+            published_s = clock.now_s
+    long_context.__exit__(None, None, None)
+    # About one refresh (100 ms) and a step after its end, the long one still running.
+    assert published_s is not None
+    assert published_s - short.end_s <= 0.1 + 2 * STEP_S
+    assert short.energy.shared and short.energy.mean_batch == pytest.approx(2.0)
+    # Both had half of every shared step: the short one's energy is half of those steps'.
+    assert short.result.net_energy_j == pytest.approx(0.5 * TOKEN_W * 2 * 0.3, rel=0.05)

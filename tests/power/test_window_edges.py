@@ -57,7 +57,7 @@ def test_short_bursts_are_counted_whole_with_their_tail_and_the_run_adds_up(
     spend(meter, clock, 0.5)
     meter.settle()
     run_end_s = clock.now_s
-    results = [window.result for window in windows]
+    results = [window.wait_settled() for window in windows]
 
     # Each window: its burst above idle, plus its tail until the next window opened.
     starts = [w.start_s for w in windows] + [run_end_s]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
+from openjarvis.runtime.ledger import StepLedger
 from openjarvis.runtime.streaming import stream_text
 from openjarvis.runtime.types import (
     ChatRequest,
@@ -56,6 +57,9 @@ class FakeBatchingEngine:
     freed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _barrier: threading.Barrier | None = None
+    # The steps as they land, for the meter. Each sequence sleeps its own steps here, so a
+    # step is recorded when its sequence's piece is (an approximation at the model's edge).
+    ledger: StepLedger = field(default_factory=StepLedger)
 
     def __post_init__(self) -> None:
         self.flowing.set()
@@ -79,6 +83,7 @@ class FakeBatchingEngine:
     def stream(self, request: Request) -> Generator[StreamChunk]:
         words = re.findall(r"\S+\s*", self.reply(_prompt(request)))
         work: list[WorkPiece] = []
+        self.ledger.attach(request.ledger_key, work)
         start_s = time.monotonic()
         prompt_tokens = len(_prompt(request).split())
         yield from stream_text(
@@ -102,6 +107,7 @@ class FakeBatchingEngine:
             self.active += 1
             self.started += 1
             self.peak = max(self.peak, self.active)
+            self.ledger.busy()
         try:
             if self._barrier is not None:
                 self._barrier.wait()
@@ -110,12 +116,16 @@ class FakeBatchingEngine:
                 step_start_s = time.monotonic()
                 time.sleep(self.step_s)
                 batch = self.active
-                work.append(WorkPiece(step_start_s, time.monotonic(), 1 / batch, batch))
+                step_end_s = time.monotonic()
+                work.append(WorkPiece(step_start_s, step_end_s, 1 / batch, batch))
+                self.ledger.landed(step_end_s)
                 yield token, time.monotonic()
         finally:
             with self._lock:
                 self.active -= 1
                 self.freed += 1
+                if self.active == 0:
+                    self.ledger.idle()
 
     def close(self) -> None:
         pass

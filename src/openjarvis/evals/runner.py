@@ -241,11 +241,13 @@ def _execute(
     started_at = run.started_at or datetime.now(UTC)
     trace_origin_s = time.monotonic() - (datetime.now(UTC) - started_at).total_seconds()
     seen: list[Completion] = []  # this process's completions, for MBU and cost
-    # A task is saved once its windows are settled: its tail (the device winding down until
-    # the next task's window opens) is known after the counters refreshed past that opening,
-    # usually during the next task, and its share of intervals it shared with tasks in flight
-    # once those have finished. A crash loses the tasks in flight, and at most one more (one at
-    # a time) or those that finished beside the ones in flight (with --concurrency).
+    # Shared steps split by the engine's own ledger (none for an engine without one).
+    meter.follow(engine.ledger)
+    # A task is saved once the meter has published its windows settled: its tail (the device
+    # winding down until the next task's window opens, at most about a second) is known about a
+    # refresh after the tail ends, whatever else is in flight; each arriving task saves the
+    # tasks settled by then (reading the windows' published records, no computation). A crash
+    # loses the tasks in flight and those that finished in the second or so before it.
     unsaved: list[_Measured] = []
     saved: list[TaskResultRecord] = []
 
@@ -267,10 +269,10 @@ def _execute(
                 save(measured, windows)
 
     def save_the_rest() -> None:
-        meter.settle()
+        meter.settle()  # the last tail ends now: every window settles about a refresh later
         while unsaved:
             measured = unsaved.pop(0)
-            save(measured, [handle.result for handle in measured.handles])
+            save(measured, [handle.wait_settled() for handle in measured.handles])
 
     # Ctrl-C (or SIGTERM, which the CLI turns into one) leaves the run interrupted and raises
     # RunInterrupted with its id and saved tasks, so the CLI can say how to resume.
@@ -437,14 +439,15 @@ def _generate(
     engine: Engine,
     meter: Meter,
 ) -> _Generated:
-    """A task's samples, each in its own energy window, with the engine's work in it."""
+    """A task's samples, each in its own energy window."""
     completions: list[Completion] = []
     handles: list[WindowHandle] = []
     for sample in range(spec.samples):
         request = task_request(task, prompting[task.kind], spec.temperature, spec.seed + sample)
         with meter.window(f"{task.task_id}#{sample}") as window:
-            completion = answer_task(engine, task, request)
-        window.add_work(completion.work)  # a batching engine's steps: how shared energy splits
+            # A batching engine files the request's steps under the window's key: how the
+            # energy of the steps it shares with other tasks splits.
+            completion = answer_task(engine, task, replace(request, ledger_key=window.key))
         if completion.ttft_s is not None:  # prefill energy is what the window drew until then
             window.mark_first_token(window.start_s + completion.ttft_s)
         completions.append(completion)

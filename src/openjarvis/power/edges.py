@@ -18,8 +18,8 @@ __all__ = ["Knot", "Piece", "Share", "Span", "WorkStep", "attribute", "mean_batc
 
 
 class WorkStep(Protocol):
-    """What a caller hands `WindowHandle.add_work`: one engine step its sequence took part in
-    (runtime's `WorkPiece` has this shape; power imports nothing from runtime)."""
+    """One engine step a window's sequence took part in, as a batching engine's step ledger
+    holds it (runtime's `WorkPiece` has this shape; power imports nothing from runtime)."""
 
     @property
     def start_s(self) -> float: ...
@@ -70,12 +70,15 @@ class Knot:
 @dataclass(frozen=True, slots=True)
 class Span:
     """A window's time; `split_s` (the first token) divides prefill from decode; `work` holds
-    the engine steps its sequence took part in, in time order (empty: the engine did not say)."""
+    the engine steps its sequence took part in, in time order. `reported`: the engine's ledger
+    follows this window, so no steps means it did no work (it waited); otherwise empty `work`
+    means the engine did not say."""
 
     start_s: float
     end_s: float  # float("inf") while the window is open
     split_s: float | None = None
-    work: tuple[Piece, ...] = ()
+    work: Sequence[WorkStep] = ()
+    reported: bool = False
 
 
 @dataclass(slots=True)
@@ -200,7 +203,7 @@ def _split_by_work(
     working = [i for i, claim_s in enumerate(work_s) if claim_s > 0]
     rate = sum(work_s[i] for i in working) / max(sum(owns[i] for i in working), 1e-12)
     claims = [
-        claim_s if span.work else own_s * rate
+        claim_s if span.work or span.reported else own_s * rate
         for span, own_s, claim_s in zip(spans, owns, work_s, strict=True)
     ]
     claimed_s = sum(claims)
@@ -220,7 +223,7 @@ def _split_by_work(
             share.net_j += above_j * fraction
         if span.split_s is None or fraction <= 0:
             continue
-        if span.work:  # the steps before the first token, as a part of the span's claim
+        if span.work or span.reported:  # the steps before the first token, by claim
             before = _work_claim_s(span, span.split_s, low_s, high_s) / work_s[i]
         else:
             before = _overlap_s(span.start_s, span.split_s, low_s, high_s) / owns[i]

@@ -7,6 +7,7 @@ window waits in its caller. Energy above idle between windows is the previous wi
 Windows that overlap share their intervals by the work each did there (`add_work`).
 """
 
+import copy
 import itertools
 import math
 import statistics
@@ -21,7 +22,7 @@ from typing import Self
 from openjarvis.power.accounting import LOW_RESOLUTION_PERIODS, in_scope, sum_scope
 from openjarvis.power.claims import Claim, claim_sources
 from openjarvis.power.discovery import discover_sources
-from openjarvis.power.edges import Knot, Piece, Share, Span, WorkStep, attribute, mean_batch
+from openjarvis.power.edges import Knot, Share, Span, attribute, mean_batch
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.track import Track
 from openjarvis.power.types import (
@@ -37,6 +38,7 @@ from openjarvis.power.types import (
     WindowEnergy,
     weakest_method,
 )
+from openjarvis.power.windows import Account, Ledger, WindowHandle
 
 __all__ = ["Meter", "WindowHandle"]
 
@@ -44,62 +46,9 @@ __all__ = ["Meter", "WindowHandle"]
 _REFRESH_GRACE_S = 1.0
 # A power source read at under a quarter of its sampling rate is integrated too coarsely.
 MIN_SAMPLING_SHARE = 0.25
-# A resolved window older than this (tail closed) is forgotten unless someone still asks.
-_KEEP_S = 60.0
-# How long after a window closes its work may still come, when its owner never says it is done.
-_WORK_GRACE_S = 1.0
-
-
-class WindowHandle:
-    """What `Meter.window()` yields: the window's edges, and its energy once resolved."""
-
-    def __init__(self, meter: "Meter", label: str, start_s: float) -> None:
-        self.label = label
-        self.start_s = start_s
-        self.end_s: float | None = None
-        self.split_s: float | None = None  # the first token: prefill before, decode after
-        self.tail_end_s: float | None = None  # when the next window opened (or the meter settled)
-        self.overlapped = False
-        self._meter = meter
-        self._final: WindowEnergy | None = None
-        self._work: list[Piece] = []
-        self._work_given = False  # add_work was called (perhaps with no steps)
-        self._work_done = False  # its owner read the result: no more work will come
-        self._thread = threading.get_ident()
-
-    def add_work(self, pieces: Sequence[WorkStep]) -> None:
-        """The engine steps this window's sequence took part in (a batching engine's
-        `Completion.work`), before its result is read; may come after the window closed.
-
-        Intervals with work in them are then split among the windows in them by the work each
-        did there; windows that overlap this one wait for it before they resolve.
-        """
-        with self._meter._lock:
-            self._work.extend(Piece.of(piece) for piece in pieces)
-            self._work.sort(key=lambda piece: piece.end_s)  # attribution visits them in order
-            self._work_given = True
-
-    def mark_first_token(self, time_s: float) -> None:
-        """Split the window's energy at `time_s` (on the meter's clock) into prefill and decode."""
-        self.split_s = time_s
-
-    @property
-    def result(self) -> WindowEnergy:
-        """The window's energy; waits (after the window, never inside it) until the counters
-        have refreshed past its end. The tail is included once the next window has opened."""
-        if self.end_s is None:
-            raise RuntimeError(f"window {self.label!r} is still open: read result after `with`")
-        self._work_done = True
-        resolved = self._meter._resolve(self, wait=True)
-        assert resolved is not None, "a waiting resolve always answers"
-        return resolved
-
-    def settled(self) -> WindowEnergy | None:
-        """The final energy, tail included, or None while the tail or a refresh is pending."""
-        if self.end_s is None or self.tail_end_s is None:
-            return None
-        self._work_done = True
-        return self._meter._resolve(self, wait=False)
+# A lone window's tail (the device winding down, energy above idle) ends this long after it
+# at the latest, when no window opened before: its energy is then known about a second later.
+TAIL_S = 1.0
 
 
 class Meter:
@@ -137,10 +86,16 @@ class Meter:
         self._clock = clock
         self._sleep = sleep
         self._tracks = [Track(source, clock) for source in sources]
-        self._lock = threading.Lock()  # the window list, overlap and tail bookkeeping
-        self._windows: list[WindowHandle] = []
+        # The windows, overlap and tail bookkeeping, and the accountant's state.
+        self._lock = threading.Lock()
+        self._pending: list[WindowHandle] = []  # windows not settled yet, in opening order
         self._active: list[WindowHandle] = []
         self._tail_owner: WindowHandle | None = None
+        self._cursors: list[Knot | None] = [None] * len(self._tracks)  # the last knot split
+        self._ledger: Ledger | None = None
+        self._keys = itertools.count(1)
+        # CPU time the accountant has spent (splitting and publishing), in whatever thread.
+        self.accounting_cpu_s = 0.0
         # Without history, old knots are dropped as windows are forgotten (`_forget`), and no
         # spans or tails are kept: total() would need knots back to the first window.
         self.keep_history = keep_history
@@ -257,6 +212,7 @@ class Meter:
                     with self._trace_lock:
                         self.dropped_samples += len(self._trace) == self._trace.maxlen
                         self._trace.append(sample)
+        self._account()
         if not self._tracks:
             return 1.0
         return max(0.0, min(track.next_due_s for track in self._tracks) - self._clock())
@@ -317,16 +273,31 @@ class Meter:
 
     # Windows -------------------------------------------------------------------------------
 
+    def follow(self, ledger: Ledger | None) -> None:
+        """Split intervals by this batching engine's step ledger: windows opened from now on
+        carry a `key` for their requests (`ledger_key`). None: split by time again."""
+        with self._lock:
+            self._ledger = ledger
+
     @contextmanager
-    def window(self, label: str) -> Iterator[WindowHandle]:
+    def window(
+        self, label: str, *, on_settled: Callable[[WindowHandle], None] | None = None
+    ) -> Iterator[WindowHandle]:
         """Measure the energy of the `with` block; windows may overlap (across threads).
 
-        Opening and closing cost the caller no wait: the energy is resolved later (`result`).
+        Opening and closing cost the caller no wait: the energy is published later (`result`,
+        `settled()`, or `on_settled`, called in the meter's thread once the tail is known).
         """
         self._raise_sampler_error()
-        start_s = self._read_edges()
-        with self._lock:
-            handle = WindowHandle(self, label, start_s)
+        with self._lock:  # edges read under the lock: the accountant sees every window in time
+            start_s = self._read_edges()
+            key = None
+            if self._ledger is not None:
+                key = next(self._keys)
+                self._ledger.open(key)
+            handle = WindowHandle(
+                label, start_s, key, len(self._tracks), self._wait_published, on_settled
+            )
             if self._active:
                 handle.overlapped = True
                 for other in self._active:
@@ -334,13 +305,13 @@ class Meter:
             elif self._tail_owner is not None:
                 self._close_tail(start_s)  # the gap before this window is the last one's tail
             self._active.append(handle)
-            self._windows.append(handle)
+            self._pending.append(handle)
             self._forget(start_s)
         try:
             yield handle
         finally:
-            end_s = self._read_edges()
             with self._lock:
+                end_s = self._read_edges()
                 handle.end_s = end_s
                 self._active.remove(handle)
                 if self.keep_history:
@@ -349,13 +320,15 @@ class Meter:
                     handle.tail_end_s = end_s  # a window still open owns the gap after it
                 else:
                     self._tail_owner = handle
+            self._hurry(end_s)
 
     def settle(self) -> None:
         """End the last window's tail now (the end of a run); results then resolve in full."""
-        now_s = self._read_edges()
         with self._lock:
+            now_s = self._read_edges()
             if self._tail_owner is not None:
                 self._close_tail(now_s)
+        self._hurry(now_s)
 
     def _close_tail(self, end_s: float) -> None:
         """The last window's tail ends at `end_s`; under the lock."""
@@ -366,119 +339,223 @@ class Meter:
             self._tails.append((owner.end_s, end_s))
         self._tail_owner = None
 
+    def _hurry(self, time_s: float) -> None:
+        """Someone will want the energy up to `time_s`: read the counters right after their
+        next refresh (the sampler is woken), or, with no sampler, split what is there now."""
+        for track in self._tracks:
+            track.hurry(time_s)
+        if self.running:
+            self._wake.set()
+        else:
+            self._account()
+
     def _forget(self, now_s: float) -> None:
-        """Drop windows that no result will need again (results look only at their
-        neighbours; `total()` keeps its own spans), and without history the knots before them
-        too; under the lock."""
-        needed = [
-            w.start_s
-            for w in self._windows
-            if w.tail_end_s is None or (w._final is None and w.tail_end_s > now_s - _KEEP_S)
-        ]
-        horizon_s = min(needed, default=now_s) - 2 * self.resolution_s - _REFRESH_GRACE_S
-        self._windows = [
-            w
-            for w in self._windows
-            if w.end_s is None or max(w.end_s, w.tail_end_s or 0) >= horizon_s
-        ]
-        if not self.keep_history:
-            for track in self._tracks:  # takes the track's lock: never the other way round
-                track.forget_before(horizon_s)
-
-    def _resolve(self, handle: WindowHandle, *, wait: bool) -> WindowEnergy | None:
-        if handle._final is not None:
-            return handle._final
-        assert handle.end_s is not None, "resolve only closed windows"
-        horizon_s = handle.tail_end_s if handle.tail_end_s is not None else handle.end_s
-        if wait:
-            self._wait_for_knots(horizon_s)
-        elif not all(track.covers(horizon_s) for track in self._tracks):
-            return None
-        while True:
-            with self._lock:
-                windows = list(self._windows)
-                spans = [
-                    Span(w.start_s, w.end_s or math.inf, w.split_s, tuple(w._work)) for w in windows
-                ]
-            index = windows.index(handle)
-            ranges = [track.knots_around(handle.start_s, horizon_s) for track in self._tracks]
-            pending = self._work_pending(handle, windows, ranges)
-            if not pending or not wait:
-                break
-            self._sleep(0.002)
-        if pending is True:  # a neighbour's work may still come: its split is not known yet
-            return None
-        sources = tuple(
-            self._source_share(track, knots, fault, handle, horizon_s, windows, spans, index)
-            for track, (knots, fault) in zip(self._tracks, ranges, strict=True)
-        )
-        result = self._window_energy(handle, sources)
-        if (
-            handle.tail_end_s is not None
-            and all(s.null_reason != "no-refresh" for s in sources)
-            and pending is False
-        ):
-            handle._final = result
-        return result
-
-    def _work_pending(
-        self,
-        handle: WindowHandle,
-        windows: list[WindowHandle],
-        ranges: list[tuple[list[Knot], str | None]],
-    ) -> bool | None:
-        """Whether a window beside `handle` may still add work that changes its split: True
-        (wait), False (all known), None (one is open in this very thread, which cannot wait
-        for it: the split treats it as known so far, and the result is not final).
-
-        Only a window with work waits; one without keeps the rules of windows without work.
-        """
-        if not handle._work:
-            return False
-        low_s = min((knots[0].time_s for knots, _ in ranges if knots), default=handle.start_s)
-        high_s = max((knots[-1].time_s for knots, _ in ranges if knots), default=math.inf)
-        now_s = self._clock()
-        answer: bool | None = False
-        for other in windows:
-            if other is handle or other.start_s >= high_s or (other.end_s or math.inf) <= low_s:
+        """Without history, drop the knots that no window needs (before the oldest window
+        not yet settled and before what the accountant has split); under the lock."""
+        if self.keep_history:
+            return
+        horizon_s = min((w.start_s for w in self._pending), default=now_s)
+        for cursor, track in zip(self._cursors, self._tracks, strict=True):
+            if cursor is None:
                 continue
-            if other.end_s is None:
-                if other._thread == threading.get_ident():
-                    answer = None
-                    continue
-                return True
-            given = other._work_given or other._work_done
-            if not given and now_s < other.end_s + _WORK_GRACE_S:
-                return True
-        return answer
+            # takes the track's lock: never the other way round
+            track.forget_before(min(horizon_s, cursor.time_s) - self.resolution_s)
 
-    def _source_share(
-        self,
-        track: Track,
-        knots: list[Knot],
-        fault: str | None,
-        handle: WindowHandle,
-        horizon_s: float,
-        windows: list[WindowHandle],
-        spans: list[Span],
-        index: int,
+    def _wait_published(self, handle: WindowHandle, settled: bool) -> None:
+        """Wait until the accountant has published `handle` (settled: with its tail). With a
+        sampler, on the handle's event; without one, reading the sources here meanwhile."""
+        event = handle.settled_event if settled else handle.resolved
+        if event.is_set():
+            return
+        if self.running:
+            self._wake.set()
+            event.wait()
+            return
+        while not event.is_set():
+            delay_s = self.poll()
+            if not event.is_set():
+                self._sleep(max(min(delay_s, 0.002), 1e-4))
+
+    # The accountant --------------------------------------------------------------------------
+
+    def _account(self) -> None:
+        """Split every interval the counters (and the ledger) have passed, once, in time order,
+        and publish the windows that are then complete. Runs in the sampler's thread (or a
+        waiter's, without a sampler); a pass costs what its new intervals cost."""
+        settled: list[WindowHandle] = []
+        with self._lock:
+            cpu_start_s = time.thread_time()
+            now_s = self._clock()
+            owner = self._tail_owner
+            if owner is not None and owner.end_s is not None and now_s >= owner.end_s + TAIL_S:
+                self._close_tail(owner.end_s + TAIL_S)
+            for index in range(len(self._tracks)):
+                self._account_track(index)
+            settled = self._publish(now_s)
+            self.accounting_cpu_s += time.thread_time() - cpu_start_s
+        for handle in settled:
+            if handle.key is not None and self._ledger is not None:
+                self._ledger.close(handle.key)
+            handle.settled_event.set()
+            if handle.on_settled is not None:
+                handle.on_settled(handle)
+
+    def _account_track(self, index: int) -> None:
+        """Split one source's new intervals among the windows in them; under the lock."""
+        track, cursor = self._tracks[index], self._cursors[index]
+        knots, faults = track.knots_from(cursor.time_s if cursor is not None else -math.inf)
+        if not knots:
+            return
+        if cursor is None:
+            cursor = knots[0]
+        idle_w = self._idle_power_w(track.source.name)
+        pad_s = track.refresh.uncertainty_s if track.refresh is not None else 0.0
+        for knot in knots[1:]:
+            low_s, high_s = cursor.time_s, knot.time_s
+            inside = [
+                w
+                for w in self._pending
+                if w.start_s < high_s and (w.end_s is None or w.end_s > low_s)
+            ]
+            ledger = self._ledger
+            keyed = ledger is not None and any(w.key is not None for w in inside)
+            if keyed and ledger is not None and ledger.complete_s() < high_s:
+                ledger.when_complete(high_s, self._wake.set)  # a step in it has not landed
+                break
+            owner = self._gap_owner(low_s)
+            windows = inside if owner is None or owner in inside else [*inside, owner]
+            fault = next((reason for time_s, reason in faults if low_s <= time_s <= high_s), None)
+            if windows and fault is None:
+                spans = [self._span(w) for w in windows]
+                shares = attribute([cursor, knot], spans, idle_w, pad_s)
+                for window, share in zip(windows, shares, strict=True):
+                    _add_share(window.accounts[index].share, share)
+            for window in windows:
+                account = window.accounts[index]
+                if fault is not None:
+                    account.reason = account.reason or fault
+                if window in inside and not account.started:
+                    account.started = True
+                    if low_s > window.start_s:  # the source missed the window's beginning
+                        account.reason = account.reason or "no-refresh"
+                end_s = window.end_s
+                if end_s is not None and low_s < end_s <= high_s:
+                    account.at_end = copy.copy(account.share)
+            cursor = knot
+        self._cursors[index] = cursor
+
+    def _gap_owner(self, low_s: float) -> WindowHandle | None:
+        """The window whose tail an interval from `low_s` would be: the one that closed last at
+        or before it, while its tail is open."""
+        closed = [
+            w
+            for w in self._pending
+            if w.end_s is not None
+            and w.end_s <= low_s
+            and (w.tail_end_s is None or w.tail_end_s > low_s)
+        ]
+        return max(closed, key=lambda w: w.end_s or 0.0, default=None)
+
+    def _span(self, window: WindowHandle) -> Span:
+        end_s = window.end_s if window.end_s is not None else math.inf
+        if window.key is None or self._ledger is None:
+            return Span(window.start_s, end_s, window.split_s)
+        work = self._ledger.pieces(window.key)
+        return Span(window.start_s, end_s, window.split_s, work, reported=True)
+
+    def _publish(self, now_s: float) -> list[WindowHandle]:
+        """Publish each closed window whose sources are all decided, to its end and then with
+        its tail; returns those settled now (their events are set by the caller, unlocked)."""
+        settled = []
+        for window in list(self._pending):
+            end_s = window.end_s
+            if end_s is None:
+                continue
+            if window.energy is None:
+                if not self._decided(window, end_s, now_s):
+                    continue
+                window.energy = self._window_energy(window, final=False)
+                window.resolved.set()
+            tail_end_s = window.tail_end_s
+            if tail_end_s is None or not self._decided(window, tail_end_s, now_s):
+                continue
+            window.final = self._window_energy(window, final=True)
+            window.resolved.set()
+            self._pending.remove(window)
+            settled.append(window)
+        return settled
+
+    def _decided(self, window: WindowHandle, horizon_s: float, now_s: float) -> bool:
+        """Whether every source's share of `window` up to `horizon_s` is known (or known to be
+        unknown: a fault, a counter failing now, or one that stopped refreshing)."""
+        decided = True
+        deadline_s = horizon_s + self.resolution_s + _REFRESH_GRACE_S
+        for index, track in enumerate(self._tracks):
+            account = window.accounts[index]
+            cursor = self._cursors[index]
+            if account.reason is not None:
+                continue
+            if cursor is not None and cursor.time_s >= horizon_s:
+                if not account.started:
+                    account.reason = "no-refresh"  # no interval of it was ever split
+                continue
+            if (failing := track.failing()) is not None:
+                account.reason = failing
+            elif not track.covers(horizon_s) and now_s >= deadline_s:
+                account.reason = "no-refresh"  # the counter stopped refreshing
+            else:
+                decided = False
+        return decided
+
+    def _window_energy(self, window: WindowHandle, *, final: bool) -> WindowEnergy:
+        assert window.end_s is not None
+        sources = tuple(
+            self._source_energy(track, window, account, final)
+            for track, account in zip(self._tracks, window.accounts, strict=True)
+        )
+        total = sum_scope(sources, self.scope)
+        pieces = (
+            () if window.key is None or self._ledger is None else self._ledger.pieces(window.key)
+        )
+        return WindowEnergy(
+            label=window.label,
+            start_s=window.start_s,
+            end_s=window.end_s,
+            scope=self.scope,
+            method=total.method,
+            energy_j=total.energy_j,
+            net_energy_j=total.net_energy_j,
+            null_reason=total.null_reason,
+            sources=sources,
+            low_resolution=total.low_resolution,
+            overlapped=window.overlapped,
+            # Windows one after another may meet inside one interval, which their work then
+            # splits too; only a window that ran beside another shared the engine.
+            shared=window.overlapped and any(source.shared for source in sources),
+            mean_batch=mean_batch(pieces),
+            tail_energy_j=total.tail_j,
+            prefill_energy_j=total.prefill_j,
+            decode_energy_j=(
+                None
+                if total.prefill_j is None or total.energy_j is None
+                else total.energy_j - total.prefill_j
+            ),
+        )
+
+    def _source_energy(
+        self, track: Track, window: WindowHandle, account: Account, final: bool
     ) -> SourceEnergy:
         source = track.source
         idle_w = self._idle_power_w(source.name)
-        assert handle.end_s is not None
-        duration_s = handle.end_s - handle.start_s
+        assert window.end_s is not None
+        duration_s = window.end_s - window.start_s
         low_resolution = duration_s < LOW_RESOLUTION_PERIODS * source.update_period_s
         if source.reads == "power_w":  # integrated: too few readings inside the window
-            inside = sum(handle.start_s <= k.time_s <= handle.end_s for k in knots)
+            knots, _ = track.knots_around(window.start_s, window.end_s)
+            inside = sum(window.start_s <= k.time_s <= window.end_s for k in knots)
             low_resolution |= inside < MIN_SAMPLING_SHARE * duration_s / track.sample_period_s
-        reason = fault
-        if reason is None and (
-            len(knots) < 2 or knots[0].time_s > handle.start_s or knots[-1].time_s < horizon_s
-        ):
-            # Failing since its last refresh, or stopped refreshing (or the window began before
-            # the sampler's first knot).
-            reason = track.failing() or "no-refresh"
-        if reason is not None:
+        share = account.share if final else account.at_end or account.share
+        if account.reason is not None:
             return SourceEnergy(
                 source.name,
                 source.domain,
@@ -486,21 +563,12 @@ class Meter:
                 None,
                 None,
                 idle_w,
-                reason,
+                account.reason,
                 low_resolution,
             )
-        low_s, high_s = knots[0].time_s, knots[-1].time_s
-        chosen = [
-            i for i, w in enumerate(windows) if w.start_s < high_s and (w.end_s or math.inf) > low_s
-        ]
-        if index not in chosen:
-            chosen.append(index)
-        pad_s = track.refresh.uncertainty_s if track.refresh is not None else 0.0
-        shares = attribute(knots, [spans[i] for i in chosen], idle_w, pad_s)
-        share: Share = shares[chosen.index(index)]
         tail_j: float | None = share.tail_j
         energy_j, net_j = share.energy_j, share.net_j
-        if handle.tail_end_s is None or idle_w is None:
+        if not final or idle_w is None:
             energy_j, net_j, tail_j = energy_j - share.tail_j, net_j - share.tail_j, None
         return SourceEnergy(
             source=source.name,
@@ -511,38 +579,8 @@ class Meter:
             idle_power_w=idle_w,
             low_resolution=low_resolution,
             tail_j=tail_j,
-            prefill_j=share.before_split_j if handle.split_s is not None else None,
+            prefill_j=share.before_split_j if window.split_s is not None else None,
             shared=share.shared,
-        )
-
-    def _window_energy(
-        self, handle: WindowHandle, sources: tuple[SourceEnergy, ...]
-    ) -> WindowEnergy:
-        assert handle.end_s is not None
-        total = sum_scope(sources, self.scope)
-        return WindowEnergy(
-            label=handle.label,
-            start_s=handle.start_s,
-            end_s=handle.end_s,
-            scope=self.scope,
-            method=total.method,
-            energy_j=total.energy_j,
-            net_energy_j=total.net_energy_j,
-            null_reason=total.null_reason,
-            sources=sources,
-            low_resolution=total.low_resolution,
-            overlapped=handle.overlapped,
-            # Windows one after another may meet inside one interval, which their work then
-            # splits too; only a window that ran beside another shared the engine.
-            shared=handle.overlapped and any(source.shared for source in sources),
-            mean_batch=mean_batch(handle._work),
-            tail_energy_j=total.tail_j,
-            prefill_energy_j=total.prefill_j,
-            decode_energy_j=(
-                None
-                if total.prefill_j is None or total.energy_j is None
-                else total.energy_j - total.prefill_j
-            ),
         )
 
     def total(self) -> TotalEnergy:
@@ -665,6 +703,15 @@ def _standard_error_w(knots: list[Knot]) -> float | None:
     if len(powers) < 2:
         return None
     return statistics.stdev(powers) / math.sqrt(len(powers))
+
+
+def _add_share(total: Share, part: Share) -> None:
+    """Add one interval's share of a window to what the window has so far."""
+    total.energy_j += part.energy_j
+    total.net_j += part.net_j
+    total.tail_j += part.tail_j
+    total.before_split_j += part.before_split_j
+    total.shared |= part.shared
 
 
 def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

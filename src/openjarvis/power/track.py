@@ -293,6 +293,16 @@ class Track:
                     return knots, reason
             return knots, None
 
+    def knots_from(self, time_s: float) -> tuple[list[Knot], list[tuple[float, str]]]:
+        """The knots from the last one at or before `time_s` on (or all, when none is), and the
+        faults at or after the first of them: what the meter's accountant has not split yet."""
+        with self._lock:
+            first = max(0, bisect.bisect_right(self._knots, time_s, key=_knot_time) - 1)
+            knots = self._knots[first:]
+            low_s = knots[0].time_s if knots else time_s
+            faults = [fault for fault in self._faults if fault[0] >= low_s]
+            return knots, faults
+
     def forget_before(self, time_s: float) -> None:
         """Drop the knots before the last one at or before `time_s`, and the faults before that
         knot: a bracket whose low end is at or after `time_s` is found as before. The latest

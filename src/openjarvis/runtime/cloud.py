@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -118,6 +119,11 @@ class CloudEngine:
             self._counter = GgufTokenCounter(path) if path is not None else None
 
     @property
+    def tokenizer_path(self) -> Path | None:
+        """The GGUF whose tokenizer counts tokens when the server sends no usage."""
+        return self._counter.path if self._counter is not None else None
+
+    @property
     def counted_completions(self) -> int:
         """Replies whose tokens we counted with the GGUF because the server sent no usage."""
         return self._counter.counted if self._counter is not None else 0
@@ -163,6 +169,10 @@ class CloudEngine:
     @property
     def devices(self) -> tuple[int, ...]:
         return ()  # it computes elsewhere: no GPU here is in its energy scope
+
+    @property
+    def ledger(self) -> None:
+        return None  # no steps of its own to file: requests that overlap split by time
 
     def settings_dict(self) -> dict[str, object]:
         settings: dict[str, object] = {

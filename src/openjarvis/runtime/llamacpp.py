@@ -20,6 +20,7 @@ import psutil
 from openjarvis.errors import UserError
 from openjarvis.runtime.chat_template import ChatTemplate
 from openjarvis.runtime.gguf import read_gguf_header
+from openjarvis.runtime.ledger import StepLedger
 from openjarvis.runtime.llamacpp_batch import BatchScheduler, Sequence
 from openjarvis.runtime.llamacpp_probe import check_llama_cpp_runs
 from openjarvis.runtime.models import check_gguf
@@ -190,6 +191,10 @@ class LlamaCppEngine:
         return self.settings.max_sequences
 
     @property
+    def ledger(self) -> StepLedger:
+        return self._scheduler.ledger
+
+    @property
     def model_name(self) -> str:
         return self._name
 
@@ -225,7 +230,7 @@ class LlamaCppEngine:
             run.prompt, run.max_tokens, request.temperature, request.seed, run.grammar
         )
         yield from stream_text(
-            self._scheduler.submit(sequence),
+            self._scheduler.submit(sequence, request.ledger_key),
             piece=lambda token: self._llama.detokenize([token]),
             is_end=self._is_end_of_generation,
             stop=request.stop,

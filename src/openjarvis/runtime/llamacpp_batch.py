@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from openjarvis.errors import UserError
-from openjarvis.runtime.types import WorkPiece
+from openjarvis.runtime.ledger import StepLedger, WorkPiece
 
 __all__ = ["BatchScheduler", "Sequence"]
 
@@ -108,10 +108,15 @@ class BatchScheduler:
         self._running: list[Sequence] = []
         self._condition = threading.Condition()
         self._closed = False
+        self.ledger = StepLedger()  # each step as it lands, for the meter
         self._thread = threading.Thread(target=self._run, name="llama.cpp scheduler", daemon=True)
         self._thread.start()
 
-    def submit(self, sequence: Sequence) -> Iterator[tuple[int, float]]:
+    def submit(
+        self, sequence: Sequence, ledger_key: int | None = None
+    ) -> Iterator[tuple[int, float]]:
+        """Queue the sequence; its steps are filed in the ledger under `ledger_key`."""
+        self.ledger.attach(ledger_key, sequence.work)
         with self._condition:
             if self._closed:
                 raise UserError("the llama.cpp engine is closed; load the model again")
@@ -164,10 +169,13 @@ class BatchScheduler:
     def _next_work(self) -> list[Sequence] | None:
         """Wait for work; take waiting sequences into free slots. None once closed."""
         with self._condition:
+            if not self._closed and not self._waiting and not self._running:
+                self.ledger.idle()
             while not self._closed and not self._waiting and not self._running:
                 self._condition.wait()
             if self._closed:
                 return None
+            self.ledger.busy()  # before any step starts: their times follow this
             admitted = []
             while self._waiting and self._free:
                 sequence = self._waiting.popleft()
@@ -220,7 +228,9 @@ class BatchScheduler:
             if start + self._n_batch >= len(rest):
                 token = sequence.sampler.sample(self._context, len(chunk) - 1)
                 self._emit(sequence, token, time.monotonic())
-            sequence.work.append(WorkPiece(step_start_s, time.monotonic(), 1.0, 1))
+            step_end_s = time.monotonic()
+            sequence.work.append(WorkPiece(step_start_s, step_end_s, 1.0, 1))
+            self.ledger.landed(step_end_s)
         if sequence.produced < sequence.max_tokens and not self._ended(sequence):
             self._running.append(sequence)
         else:
@@ -251,6 +261,7 @@ class BatchScheduler:
         for sequence, token in zip(running, chosen, strict=True):
             sequence.work.append(WorkPiece(step_start_s, step_end_s, share, len(running)))
             self._emit(sequence, token, step_end_s)
+        self.ledger.landed(step_end_s)
         for sequence in list(running):
             if sequence.produced >= sequence.max_tokens or self._ended(sequence):
                 self._retire(sequence, running=True)

@@ -8,6 +8,8 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from openjarvis.runtime.ledger import StepLedger, WorkPiece
+
 __all__ = [
     "ChatMessage",
     "ChatRequest",
@@ -16,6 +18,7 @@ __all__ = [
     "Engine",
     "GenerationRequest",
     "Request",
+    "StepLedger",
     "StreamChunk",
     "WorkPiece",
     "final_completion",
@@ -39,6 +42,9 @@ class GenerationRequest:
     temperature: float = 0.0
     seed: int | None = None
     json_schema: dict[str, object] | None = None
+    # The energy window this request runs in, as the meter keys it: a batching engine files
+    # the request's steps under it in its step ledger (runtime/ledger.py).
+    ledger_key: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,9 @@ class ChatRequest:
     temperature: float = 0.0
     seed: int | None = None
     json_schema: dict[str, object] | None = None
+    # The energy window this request runs in, as the meter keys it: a batching engine files
+    # the request's steps under it in its step ledger (runtime/ledger.py).
+    ledger_key: int | None = None
 
 
 Request = GenerationRequest | ChatRequest
@@ -72,19 +81,6 @@ class EnergyEstimate:
     source: str  # e.g. "estimate:cloud:frontier"
     energy_j: float
     basis: str
-
-
-@dataclass(frozen=True, slots=True)
-class WorkPiece:
-    """One engine step that a sequence took part in, for splitting energy between sequences
-    that ran at once: the step's time, this sequence's share of the step's tokens, and how
-    many sequences the step carried. Every sequence in a step does the same kind of work
-    (prefill or decode), so the step's measured time is the cost that the shares divide."""
-
-    start_s: float
-    end_s: float
-    share: float  # this sequence's tokens / all tokens of the step, in (0, 1]
-    batch: int  # sequences in the step
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +162,11 @@ class Engine(Protocol):
     # (a second stream waits for the first), more for one that batches or calls a remote API.
     @property
     def concurrency(self) -> int: ...
+
+    # A batching engine's step ledger, by which the meter splits the energy of requests that
+    # share its steps; None for an engine that runs one request at a time or remotely.
+    @property
+    def ledger(self) -> StepLedger | None: ...
 
     def settings_dict(self) -> dict[str, object]: ...
 

