@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from openjarvis.power import rapl
 from openjarvis.store import open_store
 
 pytestmark = pytest.mark.e2e
@@ -153,7 +154,10 @@ def test_a_second_measurement_of_the_same_sources_is_refused_or_marked_shared(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     """Another process holding this machine's CPU source (as a running `ipw measure` does):
-    the run refuses with one line, or, with --allow-shared, runs and says shared-machine."""
+    the run refuses with one line, or, with --allow-shared, runs and says shared-machine. The
+    CPU source is the estimate on any host: the run reads an empty powercap tree, not /sys."""
+    (tmp_path / "sys" / "class" / "powercap").mkdir(parents=True)
+    env = {**env, rapl.SYSFS_ROOT_ENV: str(tmp_path / "sys")}
     holder = subprocess.Popen(
         [
             sys.executable,

@@ -7,6 +7,7 @@ to the screens, look at the report and run `pytest tests/tui --snapshot-update`.
 """
 
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,14 +32,15 @@ SnapCompare = Callable[..., bool]
 
 @pytest.fixture
 def project() -> Iterator[Path]:
-    """The project folder at a fixed path: the system prompt names it, and its length (a
-    tmp_path's varies) moves the token counts on screen."""
-    folder = Path("/tmp/openjarvis-snapshot/project")
-    shutil.rmtree(folder.parent, ignore_errors=True)
-    folder.mkdir(parents=True)
+    """The project folder at a path of fixed length: the system prompt names it, and its length
+    (a tmp_path's varies) moves the token counts on screen. A folder of its own (mkdtemp's eight
+    random characters), so that two runs at once do not share it."""
+    root = Path(tempfile.mkdtemp(prefix="openjarvis-", dir="/tmp"))  # always 24 characters
+    folder = root / "project"
+    folder.mkdir()
     (folder / "hello.py").write_text('print("hello")\n')
     yield folder
-    shutil.rmtree(folder.parent, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def scripted(replies: list[str]) -> ScriptedEngine:
