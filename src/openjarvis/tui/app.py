@@ -65,6 +65,7 @@ for the rest of the session).
 - `/test`: run the project's tests (pytest, npm test, cargo test or go test, found from its
   files; `/test COMMAND` sets another for the session), with the joules they took; failures
   can go to the model
+- `/map`: the repository map the model sees (each file's definitions, the most used first)
 - `/undo`: revert the last edit the assistant applied
 - `/clear`: start a new session (the old one stays stored; `jarvis --resume` continues the last)
 - `/help`: this list; `/quit` leaves (also Ctrl+Q)
@@ -417,6 +418,13 @@ class AssistantApp(App[None]):
 
     async def command_cost(self, argument: str) -> None:
         await self.notice(self.chat.energy.report())
+
+    async def command_map(self, argument: str) -> None:
+        shown = self.chat.repository_map
+        if not shown:
+            await self.notice("No repository map: no file here has definitions it can read.")
+            return
+        await self.notice(f"```\n{shown}\n```")
 
     async def command_quit(self, argument: str) -> None:
         self.exit()

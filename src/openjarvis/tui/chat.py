@@ -10,7 +10,9 @@ from openjarvis.store import Store
 from openjarvis.tui.conversation import ContextCheck, Conversation, Message, Role
 from openjarvis.tui.energy import ReplyEnergy, SessionEnergy
 from openjarvis.tui.protocol import system_prompt
+from openjarvis.tui.repomap import REPO_MAP_TOKENS, repo_map
 from openjarvis.tui.session import SessionLog
+from openjarvis.tui.workspace import Workspace
 
 __all__ = ["REPLY_TOKENS", "Chat"]
 
@@ -25,7 +27,9 @@ class Chat:
         resume_session: str | None = None,
         reply_tokens: int = REPLY_TOKENS,
     ) -> None:
-        self.conversation = Conversation(system_prompt(str(working_dir)))
+        workspace = Workspace(working_dir)
+        self.repository_map = repo_map(workspace.project_files(), workspace.root, REPO_MAP_TOKENS)
+        self.conversation = Conversation(system_prompt(str(working_dir), self.repository_map))
         self.log = SessionLog(store, working_dir, resume_session)
         self.energy = SessionEnergy()
         self.prefill_price = PrefillPrice()  # prices the prefill a cached prefix saved

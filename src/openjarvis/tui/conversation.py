@@ -11,12 +11,20 @@ from openjarvis.runtime.types import ChatMessage, ChatRequest
 from openjarvis.runtime.types import Role as ChatRole
 from openjarvis.tui.protocol import TOOL_CLOSE
 
-__all__ = ["ContextCheck", "Conversation", "Message", "Role", "estimate_tokens", "is_role"]
+__all__ = [
+    "CHARS_PER_TOKEN_ESTIMATE",
+    "ContextCheck",
+    "Conversation",
+    "Message",
+    "Role",
+    "estimate_tokens",
+    "is_role",
+]
 
 Role = Literal["user", "assistant", "tool"]
 # Roughly 4 characters a token for English and code; 3 over-counts, so a warning comes early
 # rather than a request failing.
-_CHARS_PER_TOKEN_ESTIMATE = 3
+CHARS_PER_TOKEN_ESTIMATE = 3
 _TOKENS_PER_MESSAGE_ESTIMATE = 6  # the chat template's turn markers
 
 
@@ -26,7 +34,7 @@ def is_role(value: str) -> TypeGuard[Role]:
 
 
 def estimate_tokens(text: str) -> int:
-    return -(-len(text) // _CHARS_PER_TOKEN_ESTIMATE) + _TOKENS_PER_MESSAGE_ESTIMATE
+    return -(-len(text) // CHARS_PER_TOKEN_ESTIMATE) + _TOKENS_PER_MESSAGE_ESTIMATE
 
 
 @dataclass(slots=True)

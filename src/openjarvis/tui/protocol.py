@@ -60,9 +60,12 @@ def format_result(call: ToolCall, result: str) -> str:
     return f'<result tool="{call.name}">\n{result}\n</result>'
 
 
-def system_prompt(working_dir: str) -> str:
+def system_prompt(working_dir: str, repository_map: str = "") -> str:
     """Short on purpose: a small model pays for every prompt token, and tends to echo a long
-    prompt back. One example call, then each tool's arguments in a line."""
+    prompt back. One example call, then each tool's arguments in a line; then the repository
+    map, if any (it stays the same all session, so an engine that reuses a prompt's prefix
+    computes it once)."""
+    tail = f"\n\n{repository_map}" if repository_map else ""
     return f"""You are Jarvis, a coding assistant in the folder {working_dir}.
 Answer the user's question directly, in Markdown. When you need a file or a command, write one
 tool call and stop after it; its result comes back in the next message. A call looks like this:
@@ -73,4 +76,4 @@ Tools and their lines: read_file (a path); list_files (a folder, or nothing); se
 (text to find, then an optional folder); edit_file (a path, then blocks of
 <<<<<<< SEARCH, the exact old lines, =======, the new lines, >>>>>>> REPLACE); write_file (a
 path, then the whole new file); run (a shell command). Paths are relative to the folder.
-The user approves every edit and command."""
+The user approves every edit and command.{tail}"""

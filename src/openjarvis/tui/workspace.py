@@ -56,6 +56,10 @@ class Workspace:
             )
         return text
 
+    def project_files(self) -> list[Path]:
+        """Every file of the working directory, as `list_files` walks it."""
+        return self._files(self.root)
+
     def _files(self, folder: Path) -> list[Path]:
         found: list[Path] = []
         for directory, subdirs, names in os.walk(folder):
