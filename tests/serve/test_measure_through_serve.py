@@ -1,5 +1,6 @@
 """`ipw measure --engine openai` against `jarvis serve` on loopback, both on the embedded model:
-the cloud path end to end, with its energy the labelled per-token estimate."""
+the cloud path end to end, with its energy the labelled per-token estimate (`--meter estimate`),
+or metered on this machine's sources as the server meters itself (the default for loopback)."""
 
 import json
 import os
@@ -51,6 +52,8 @@ def test_measure_with_the_openai_engine_records_estimates(
         server.url,
         "--model",
         DEFAULT_MODEL_NAME,
+        "--meter",
+        "estimate",
         "--limit",
         "2",
         "--idle-seconds",
@@ -86,6 +89,46 @@ def test_measure_with_the_openai_engine_records_estimates(
     # The server measured what it served: one completions request per task, locally metered.
     assert [r.endpoint for r in logged] == ["/v1/completions"] * 2
     assert all(r.energy_method in ("counter", "integrated", "estimate") for r in logged)
+
+
+def test_measure_meters_a_server_here_as_the_server_meters_itself(
+    served: tuple[EnergyServer, Path], tmp_path: Path
+) -> None:
+    server, server_db = served
+    with open_store(str(server_db)) as store:
+        before = len(request_logs(store))
+    db = tmp_path / "runs.db"
+    done = _ipw(
+        *("--engine", "openai", "--base-url", server.url, "--model", DEFAULT_MODEL_NAME),
+        *("--limit", "3", "--idle-seconds", "0", "--allow-shared", "--db", str(db), "--json"),
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert "runs on this machine and was metered" in summary["energy_note"]
+    with open_store(str(db)) as store:
+        (run,) = store.list_runs()
+        results = store.task_results(run.id or "")
+    assert run.engine_settings["meter"] == "local"
+    assert run.engine_settings["server"] == {"models": [DEFAULT_MODEL_NAME], "header": "uvicorn"}
+    with open_store(str(server_db)) as store:
+        logged = request_logs(store)[before:]
+    assert len(logged) == len(results) == 3
+    sources = {reading.source for result in results for reading in result.energy}
+    served_sources = {str(s["source"]) for r in logged for s in r.energy_sources}
+    assert sources == served_sources  # this machine's sources, not estimate:cloud:*
+    ours_j = sum(r.energy_j for r in results if r.energy_j is not None)
+    theirs_j = sum(r.energy_j for r in logged if r.energy_j is not None)
+    ours_s = sum(r.latency_s for r in results)
+    theirs_s = sum(r.wall_s for r in logged)
+    # Each of our windows holds the server's one plus the HTTP round trip around it.
+    assert ours_s >= theirs_s
+    print(
+        f"ours {ours_j:.2f} J in {ours_s:.2f} s, the server's {theirs_j:.2f} J in {theirs_s:.2f} s"
+    )
+    # Both read this machine's sources over nearly the same time (here 38.23 J in 5.69 s
+    # against 38.11 J in 5.67 s on the CPU model, 2026-12-02): within 5 %.
+    assert ours_j == pytest.approx(theirs_j, rel=0.05)
 
 
 def test_measure_with_llamacpp_reports_bandwidth_use(tmp_path: Path) -> None:

@@ -229,8 +229,8 @@ def local_server_note(engine: Engine) -> str:
     counted = getattr(engine, "counted_completions", 0)
     if counted:
         note += (
-            f"; the server sent no token usage, so {settings.get('token_counts')} "
-            f"({counted} replies, re-tokenized)"
+            f"; the server sent no token usage with {counted} replies, so their tokens were "
+            f"counted with {getattr(engine, 'tokenizer_path', None)} (replies re-tokenized)"
         )
     return note
 

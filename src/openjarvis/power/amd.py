@@ -127,7 +127,7 @@ def discover_amd(gpus: GpuSelection = "all") -> Discovery:
     if amdsmi is None:
         detail = (
             "amdsmi is not installed (or does not match the ROCm here): on a machine with AMD "
-            "GPUs, `pip install 'openjarvis[amd]'` with ROCm's amdsmi of the same version"
+            "GPUs, `pip install amdsmi` of the installed ROCm's version (the amd extra)"
         )
         status = unavailable("amdsmi", "gpu", "counter", "no-device", detail)
         return Discovery((), (status,), Coverage())  # no AMD GPU to miss

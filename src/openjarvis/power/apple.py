@@ -80,7 +80,7 @@ def discover_apple() -> Discovery:
     if library is None:
         on_mac = sys.platform == "darwin" and platform.machine() == "arm64"
         detail = (
-            "zeus-apple-silicon is not installed: `pip install 'openjarvis[apple]'`"
+            "zeus-apple-silicon is missing: `pip install zeus-apple-silicon` (the apple extra)"
             if on_mac
             else "not an Apple Silicon Mac (zeus-apple-silicon reads IOReport on macOS)"
         )
