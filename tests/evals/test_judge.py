@@ -2,6 +2,7 @@
 stored as a run of its own. The judge engine is faked at the network edge (a scripted reply);
 the meter, the store and the runner are real, and the judged model is the embedded one."""
 
+import io
 import os
 import time
 from collections.abc import Generator
@@ -10,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from openjarvis.cli.summary import print_summary, summary_dict
 from openjarvis.errors import UserError
 from openjarvis.evals import judge as judge_module
 from openjarvis.evals.config import RunConfig, prepare
@@ -20,6 +23,7 @@ from openjarvis.evals.judge import (
     JudgeSpec,
     check_judge,
     judge_prompt,
+    judge_run_id,
     parse_verdict,
 )
 from openjarvis.evals.runner import run_measure
@@ -294,3 +298,31 @@ def test_verdicts_from_tasks_in_flight_at_once_are_each_saved_once(tmp_path: Pat
     assert sorted(r.task_id for r in saved) == sorted(
         f"q{i}#{sample}" for i in range(8) for sample in range(2)
     )
+
+
+@pytest.mark.e2e
+def test_a_verdict_the_judge_did_not_give_is_counted_and_said_not_hidden_as_a_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge passes the first answer and gives no verdict on the second: the summary names
+    the judge's run and says that 1 of the 2 samples could not be scored."""
+    engine = ScriptedJudge("openai", ["VERDICT: PASS", "I cannot tell."])
+    monkeypatch.setattr(judge_module, "open_engine", lambda spec, model: engine)
+    db = str(tmp_path / "runs.db")
+    suite = SuiteConfig(str(suite_file(tmp_path)), limit=None)
+    config = RunConfig(
+        suite=suite, judge=JudgeSpec("openai", "scripted"), idle_seconds=0, allow_shared=True
+    )
+    result = run_measure(prepare(config), db)
+    with open_store(db) as store:
+        judge_run = judge_run_id(store, result.run_id)
+        answers = store.task_results(result.run_id)
+    assert judge_run is not None
+    assert [a.statuses for a in answers] == [("passed",), ("error",)]
+    assert (result.window_flags["samples"], result.window_flags["scoring_errors"]) == (2, 1)
+    console = Console(file=io.StringIO(), width=300)
+    print_summary(result, console, False, judge_run)
+    printed = " ".join(console.file.getvalue().split())  # type: ignore[attr-defined]
+    assert f"judged by run {judge_run[:8]} (`ipw show {judge_run[:8]}`)" in printed
+    assert "1 of 2 samples could not be scored (a judge gave no verdict" in printed
+    assert summary_dict(result, judge_run)["judge_run"] == judge_run

@@ -159,7 +159,7 @@ def measure_command(
                 allow_shared=allow_shared,
                 on_run=lambda run_id: announce_run(run_id, db),
             )
-        print_summary(result, Console(), as_json=json_output)
+        print_summary(result, Console(), json_output, _judge_run(result.run_id, db))
         return
     lm_eval = HarnessOptions(
         num_fewshot=num_fewshot,
@@ -208,7 +208,15 @@ def measure_command(
             on_task=progress.on_task,
             on_run=lambda run_id: announce_run(run_id, db),
         )
-    print_summary(result, Console(), as_json=json_output)
+    print_summary(result, Console(), json_output, _judge_run(result.run_id, db))
+
+
+def _judge_run(run_id: str, db: str | None) -> str | None:
+    """The run holding the judge's verdicts of `run_id`, for the summary to name."""
+    from openjarvis.evals.judge import judge_run_id
+
+    with open_reader(db) as store:
+        return judge_run_id(store, run_id)
 
 
 def _refuse_conflicting_options(ctx: typer.Context) -> None:

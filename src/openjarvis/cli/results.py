@@ -20,7 +20,7 @@ from openjarvis.cli.figure_text import (
 from openjarvis.cli.options import SINCE_HELP, DatabaseOption, JsonOption, parse_since
 from openjarvis.cli.output import readable, stdout_console
 from openjarvis.errors import UserError
-from openjarvis.evals.judge import JUDGE_SUITE_PREFIX
+from openjarvis.evals.judge import judge_run_id
 from openjarvis.evals.metrics import RunFigures, phase_energy, run_figures, window_flags
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.report.runs import (
@@ -107,8 +107,7 @@ def show_command(
     with open_reader(db) as store:
         record = store.get_run(run)
         tasks = store.task_results(record.id or run)
-        judges = store.list_runs(limit=1, suite=f"{JUDGE_SUITE_PREFIX}{record.id}")
-    judge_id = judges[0].id if judges else None
+        judge_id = judge_run_id(store, record.id or run)
     figures = run_figures(record, tasks) if tasks else None
     state = shown_state(record)
     note = None if state == "complete" else f"run is {state}: figures are partial"

@@ -23,10 +23,11 @@ def _plain(value: float | None, fmt: str) -> str:
     return "—" if value is None else format(value, fmt)
 
 
-def summary_dict(result: MeasureResult) -> dict[str, object]:
+def summary_dict(result: MeasureResult, judge_run: str | None = None) -> dict[str, object]:
     """The figures of the summary table, as JSON-ready data (nulls stay null)."""
     return {
         "run_id": result.run_id,
+        "judge_run": judge_run,
         "model": result.model_name,
         "model_kind": result.model_kind,
         "prompting": result.prompting,
@@ -47,9 +48,12 @@ def summary_dict(result: MeasureResult) -> dict[str, object]:
     }
 
 
-def print_summary(result: MeasureResult, console: Console, as_json: bool) -> None:
+def print_summary(
+    result: MeasureResult, console: Console, as_json: bool, judge_run: str | None = None
+) -> None:
+    """The summary table and its notes; `judge_run`: the run holding a judge's verdicts."""
     if as_json:
-        console.file.write(json.dumps(summary_dict(result), indent=2) + "\n")
+        console.file.write(json.dumps(summary_dict(result, judge_run), indent=2) + "\n")
         return
     figures = result.figures
     method = result.energy_method or "none"
@@ -95,6 +99,11 @@ def print_summary(result: MeasureResult, console: Console, as_json: bool) -> Non
         )
     if line := windows_text(result.window_flags, result.conservation, always_ratio=False):
         console.print(f"[yellow]note:[/] {line}")
+    if judge_run is not None:
+        console.print(
+            f"judged by run {judge_run[:8]} (`ipw show {judge_run[:8]}`): the judge's energy and "
+            "cost are there, not in this run's figures"
+        )
     if result.resumed_tasks:
         console.print(f"resumed: {result.resumed_tasks} task(s) were finished before the resume")
     if result.energy_note:

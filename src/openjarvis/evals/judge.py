@@ -48,6 +48,7 @@ __all__ = [
     "Judge",
     "JudgeSpec",
     "check_judge",
+    "judge_run_id",
     "judging",
     "parse_verdict",
 ]
@@ -103,6 +104,12 @@ class JudgeSpec:
             api_key_env=self.api_key_env,
             reuse_prompt_cache=False,  # each verdict pays for its own prefill
         )
+
+
+def judge_run_id(store: Store, run_id: str) -> str | None:
+    """The run that holds the judge's verdicts (and energy) of run `run_id`; None: none."""
+    found = store.list_runs(limit=1, suite=f"{JUDGE_SUITE_PREFIX}{run_id}")
+    return found[0].id if found else None
 
 
 def parse_verdict(reply: str) -> ExecutionStatus:
@@ -302,9 +309,9 @@ def judging(
         kind = read_model_kind(model.path) if model is not None else None
         chat = model is None or (kind is not None and kind.kind == "chat")
         judge_suite = f"{JUDGE_SUITE_PREFIX}{run.id}"
-        existing = store.list_runs(limit=1, suite=judge_suite)
-        if existing and existing[0].id is not None:
-            run_id = existing[0].id
+        existing = judge_run_id(store, run.id or "")
+        if existing is not None:
+            run_id = existing
             store.resume_run(run_id)
         else:
             run_id = store.create_run(
