@@ -8,7 +8,7 @@ directly over the level (gross, and net of the server's idle baseline), and the 
 accountant spent. `--mixed`: a short request sent beside a long stream.
 
 Run: .venv/bin/python benchmarks/serve_load.py [--engine torch] [--clients 1,8,32,64]
-     [--requests 4] [--max-tokens 256] [--idle-seconds 5] [--scope accelerator] [--mixed]
+     [--seconds 20] [--max-tokens 256] [--idle-seconds 5] [--scope accelerator] [--mixed]
 """
 
 import argparse
@@ -106,17 +106,19 @@ def run_level(
     server: EnergyServer,
     base_url: str,
     clients: int,
-    requests: int,
+    seconds: float,
     max_tokens: int,
     prompts: list[str],
 ) -> Level:
+    """Each client sends its next request as soon as its last one ended, until `seconds` have
+    passed; the level ends when the last reply has."""
     level = Level(clients)
     lock = threading.Lock()
     cursor = iter(range(10**9))
 
     def client_loop() -> None:
         with httpx.Client(base_url=base_url) as client:
-            for _ in range(requests):
+            while time.monotonic() < start_s + seconds:
                 with lock:
                     index = next(cursor)
                 reply = stream_one(client, prompts[index % len(prompts)], max_tokens)
@@ -234,7 +236,7 @@ def main() -> None:
     parser.add_argument("--engine", default="llamacpp", choices=["llamacpp", "torch"])
     parser.add_argument("--model", default=None)
     parser.add_argument("--clients", default="1,8,32,64")
-    parser.add_argument("--requests", type=int, default=4, help="per client and level")
+    parser.add_argument("--seconds", type=float, default=20.0, help="of load per level")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--scope", default="system", choices=["system", "accelerator"])
@@ -269,7 +271,7 @@ def main() -> None:
                     print(f"{clients} clients: more than the engine runs at once; skipped")
                     continue
                 levels.append(
-                    run_level(server, base_url, clients, args.requests, args.max_tokens, prompts)
+                    run_level(server, base_url, clients, args.seconds, args.max_tokens, prompts)
                 )
             report(levels)
     finally:
