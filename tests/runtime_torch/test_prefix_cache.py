@@ -87,3 +87,13 @@ def test_a_prefix_computed_twice_stays_with_the_first_block() -> None:
     assert pool.free == 2  # the duplicate came back blank, not cached
     pool.give_back(one)
     assert pool.cached([key]) == one
+
+
+def test_a_pool_without_reuse_finds_nothing() -> None:
+    pool = BlockPool(4, SIZE, reuse=False)
+    key = chain_key(b"", [1, 2, 3, 4])
+    (block,) = pool.take(1)
+    pool.publish(block, key)
+    assert pool.cached([key]) == []
+    pool.give_back([block])
+    assert pool.free == 3

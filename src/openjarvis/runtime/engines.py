@@ -93,7 +93,9 @@ def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
             ) from None
 
         assert model is not None, "resolve_engine_model returns the GGUF for local engines"
-        torch_settings = TorchSettings(tp=spec.tp, max_seq_len=spec.n_ctx)
+        torch_settings = TorchSettings(
+            tp=spec.tp, max_seq_len=spec.n_ctx, reuse_prompt_cache=spec.reuse_prompt_cache
+        )
         if spec.max_batch is not None:
             batch = min(spec.max_batch, torch_settings.max_batch)
             torch_settings = replace(torch_settings, max_batch=batch)

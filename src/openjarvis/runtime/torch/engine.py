@@ -55,6 +55,9 @@ class TorchSettings:
     # many full-length sequences where memory allows.
     max_batch: int = 64
     prefill_tokens: int = 2048  # prompt tokens per prefill step (longer prompts: in chunks)
+    # Keep the KV blocks of prompts by content and reuse a shared prefix (chat turns, a system
+    # prompt); a benchmark measures every request from a cold cache instead (off).
+    reuse_prompt_cache: bool = True
     cuda_graphs: bool = True  # replay decode steps from CUDA graphs, one per batch bucket (GPU)
     # torch.compile the decode step (fusing norms, RoPE, residuals: fewer, larger kernels).
     # None: on the GPU, off on the CPU (where inductor's C++ build costs more than it saves).
@@ -117,7 +120,7 @@ class TorchEngine:
             self._stop_workers()
             raise
         self.config = self._runner.model.config
-        pool = BlockPool(self._runner.blocks, BLOCK_SIZE)
+        pool = BlockPool(self._runner.blocks, BLOCK_SIZE, reuse=settings.reuse_prompt_cache)
         self._scheduler = Scheduler(
             pool, settings.max_batch, settings.prefill_tokens, self.config.max_seq_len
         )

@@ -148,10 +148,12 @@ class BlockPool:
     reference counted; an unreferenced block keeps its content until a blank one runs out, and
     then the least recently freed is evicted. Block 0 (scratch) is never handed out."""
 
-    def __init__(self, blocks: int, block_size: int) -> None:
+    def __init__(self, blocks: int, block_size: int, reuse: bool = True) -> None:
+        """`reuse` off: nothing is published or found (every prompt computed in full)."""
         assert blocks >= 2, "one scratch block and at least one for sequences"
         self.block_size = block_size
         self.blocks = blocks
+        self.reuse = reuse
         self._blank = list(range(blocks - 1, SCRATCH_BLOCK, -1))  # pop() hands out 1, 2, ...
         self._evictable: OrderedDict[int, None] = OrderedDict()  # unreferenced, content kept
         self._references = [0] * blocks
@@ -215,7 +217,7 @@ class BlockPool:
         """Block `block` is full and holds the prefix `key` names. A prefix already held by
         another block (computed twice at once) stays with that block."""
         assert self._references[block] > 0, "only a held block is published"
-        if key in self._block_of or block in self._key_of:
+        if not self.reuse or key in self._block_of or block in self._key_of:
             return
         self._block_of[key] = block
         self._key_of[block] = key
