@@ -53,6 +53,11 @@ INVALID = {
         ["--engine", "openai", "--model", "m", "--concurrency", "9"],
         "--concurrency 9 is more than the openai engine runs at once (8)",
     ),
+    "unknown meter": (["--meter", "guess"], "--meter takes auto, local, estimate (got 'guess')"),
+    "a local meter for a remote API": (
+        ["--engine", "anthropic", "--model", "m", "--meter", "local"],
+        "--meter local is for OpenAI-compatible servers on this machine",
+    ),
     "zero concurrency": (["--concurrency", "0"], "--concurrency must be at least 1 task (got 0)"),
     "local judge beside concurrent tasks": (
         ["--judge", "llamacpp", "--concurrency", "2"],

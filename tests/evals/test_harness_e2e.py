@@ -127,6 +127,7 @@ def test_bad_input_is_one_line_and_exit_2(
     assert "Traceback" not in done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(message), line
+    assert not (tmp_path / "data").exists()  # refused before the database was created
     if "lm-eval:broken" in args:
         assert "broken.yaml, line 3: not a valid task file (did not find expected" in line
 

@@ -92,60 +92,59 @@ def run_measure(
     """Run a prepared configuration (evals/config.py: every option already checked, before any
     row) with the meter on, and store it in `db_url`."""
     spec, model, tasks = prepared.config, prepared.model, list(prepared.suite.tasks)
-    with open_store(db_url) as store:
-        engine = open_engine(spec.engine_spec(), model)
-        try:
-            sandbox = Sandbox.detect()
-            with _metering(spec, engine) as (meter, shared_with):
-                # What else the machine does while idle is measured, and during the tasks.
-                with run_energy.watching_machine("idle", meter) as idle_watch:
-                    idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
-                gpus = tuple(
-                    run_energy.gpu_description(s) for s in meter.sources if s.domain == "gpu"
+    engine = open_engine(spec.engine_spec(), model)
+    try:
+        sandbox = Sandbox.detect()
+        # The database opens once the meter has taken the scope and claimed its sources: a run
+        # refused there (an empty scope, a source another measurement holds) leaves no file.
+        with _metering(spec, engine) as (meter, shared_with), open_store(db_url) as store:
+            # What else the machine does while idle is measured, and during the tasks.
+            with run_energy.watching_machine("idle", meter) as idle_watch:
+                idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
+            gpus = tuple(run_energy.gpu_description(s) for s in meter.sources if s.domain == "gpu")
+            kind = read_model_kind(model.path) if model else None  # cloud: not known
+            prompting = run_prompting(tasks, kind.kind if kind else None)
+            run = RunRecord(
+                model_name=model.name if model else engine.model_name,
+                model_path=str(model.path) if model else None,
+                model_sha256=model.sha256 if model else None,
+                engine=engine.kind,
+                engine_settings=engine.settings_dict(),
+                suite=prepared.suite.name,
+                options=_options(sandbox, prompting),
+                energy_scope=spec.scope,
+                energy_method=run_energy.energy_method(meter, engine),
+                sandbox_isolation=sandbox.isolation,
+                tool_version=__version__,
+                model_quantisation=model.quantisation if model else None,
+                model_parameters=model_parameters(model.path) if model else None,
+                model_kind=kind.kind if kind else None,
+                model_kind_evidence=kind.evidence if kind else None,
+                idle_power_w=dict(idle.power_w) if idle else {},
+                host=describe_host(gpus=gpus),
+                energy_coverage=meter.coverage.to_dict(),
+                concurrency=spec.concurrency,
+                config=spec.to_dict(),
+                suite_sha256=prepared.suite.sha256,
+            )
+            if shared_with:  # measured beside another measurement (--allow-shared)
+                run.options["shared_machine"] = sorted(shared_with)
+            run_id = store.create_run(run)
+            run.id = run_id
+            on_run(run_id)
+            with (
+                judging(spec.judge, tasks, meter, store, run) as judged_tasks,
+                run_energy.watching_machine("tasks", meter) as tasks_watch,
+            ):
+                result = _execute(
+                    spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
                 )
-                kind = read_model_kind(model.path) if model else None  # cloud: not known
-                prompting = run_prompting(tasks, kind.kind if kind else None)
-                run = RunRecord(
-                    model_name=model.name if model else engine.model_name,
-                    model_path=str(model.path) if model else None,
-                    model_sha256=model.sha256 if model else None,
-                    engine=engine.kind,
-                    engine_settings=engine.settings_dict(),
-                    suite=prepared.suite.name,
-                    options=_options(sandbox, prompting),
-                    energy_scope=spec.scope,
-                    energy_method=run_energy.energy_method(meter, engine),
-                    sandbox_isolation=sandbox.isolation,
-                    tool_version=__version__,
-                    model_quantisation=model.quantisation if model else None,
-                    model_parameters=model_parameters(model.path) if model else None,
-                    model_kind=kind.kind if kind else None,
-                    model_kind_evidence=kind.evidence if kind else None,
-                    idle_power_w=dict(idle.power_w) if idle else {},
-                    host=describe_host(gpus=gpus),
-                    energy_coverage=meter.coverage.to_dict(),
-                    concurrency=spec.concurrency,
-                    config=spec.to_dict(),
-                    suite_sha256=prepared.suite.sha256,
-                )
-                if shared_with:  # measured beside another measurement (--allow-shared)
-                    run.options["shared_machine"] = sorted(shared_with)
-                run_id = store.create_run(run)
-                run.id = run_id
-                on_run(run_id)
-                with (
-                    judging(spec.judge, tasks, meter, store, run) as judged_tasks,
-                    run_energy.watching_machine("tasks", meter) as tasks_watch,
-                ):
-                    result = _execute(
-                        spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
-                    )
-                result.energy_note = run_energy.record_machine(
-                    store, result.run_id, result.energy_note, (idle_watch, tasks_watch), meter
-                )
-                return replace(result, energy_coverage=run.energy_coverage)
-        finally:
-            engine.close()
+            result.energy_note = run_energy.record_machine(
+                store, result.run_id, result.energy_note, (idle_watch, tasks_watch), meter
+            )
+            return replace(result, energy_coverage=run.energy_coverage)
+    finally:
+        engine.close()
 
 
 def prepare_resume(run: RunRecord, allow_shared: bool = False) -> PreparedRun:
