@@ -114,7 +114,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_finished_tasks(
     process = _start(db, env, *MEASURE)
     run_id = _wait_for_first_task(db, process)
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=120)
+    out, err = process.communicate(timeout=120)
     assert process.returncode == 130
     assert "Traceback" not in err
     with open_store(str(db)) as store:
@@ -122,6 +122,14 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_finished_tasks(
         saved = len(store.task_results(run_id))
     assert saved >= 1
     assert err.strip().splitlines()[-1] == _resume_line(run_id, saved, db)
+    # --json: a program reading stdout gets the same news as JSON, not nothing.
+    stopped = json.loads(out)
+    assert (stopped["interrupted"], stopped["run_id"], stopped["tasks_saved"]) == (
+        True,
+        run_id,
+        saved,
+    )
+    assert stopped["resume"] == f"ipw measure --resume {run_id} --db {db}"
     again = _start(db, env, "measure", "--resume", run_id, "--json")
     again.communicate(timeout=600)
     assert again.returncode == 0

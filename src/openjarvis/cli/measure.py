@@ -2,6 +2,7 @@
 anything is written; then the run, its progress on stderr and its summary.
 """
 
+import json
 import signal
 import sys
 from collections.abc import Iterator
@@ -150,7 +151,7 @@ def measure_command(
         # stored configuration, suite and model again before it writes.
         with open_reader(db) as store:
             refuse_if_live(store.get_run(resume))
-        with _interruptions_reported(resume, db), measure_progress(resume) as progress:
+        with _interruptions_reported(resume, db, json_output), measure_progress(resume) as progress:
             result = resume_measure(
                 resume,
                 db,
@@ -200,7 +201,10 @@ def measure_command(
         allow_shared=allow_shared,
     )
     prepared = prepare(config)  # before the progress bar: a refusal is the only line printed
-    with _interruptions_reported(None, db), measure_progress(prepared.suite.name) as progress:
+    with (
+        _interruptions_reported(None, db, json_output),
+        measure_progress(prepared.suite.name) as progress,
+    ):
         result = run_measure(
             prepared,
             db,
@@ -242,9 +246,12 @@ def _refuse_conflicting_options(ctx: typer.Context) -> None:
 
 
 @contextmanager
-def _interruptions_reported(resume: str | None, db: str | None) -> Iterator[None]:
+def _interruptions_reported(
+    resume: str | None, db: str | None, json_output: bool
+) -> Iterator[None]:
     """SIGTERM stops a measurement as Ctrl-C does. Either way one line says what was saved and
-    how to continue, and the exit status is 128 + the signal (130 or 143), as a shell expects."""
+    how to continue, and the exit status is 128 + the signal (130 or 143), as a shell expects.
+    With --json, stdout carries the same as JSON, so a program reading it gets an answer."""
     received: list[int] = []
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -254,14 +261,18 @@ def _interruptions_reported(resume: str | None, db: str | None) -> Iterator[None
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     db_option = f" --db {db}" if db else ""
+    run_id: str | None
+    saved: int | None
     try:
         yield
     except RunInterrupted as stopped:
+        run_id, saved = stopped.run_id, stopped.tasks_saved
         message = (
-            f"run {stopped.run_id} is marked interrupted with {stopped.tasks_saved} task(s) "
-            f"saved; continue it with `ipw measure --resume {stopped.run_id}{db_option}`"
+            f"run {run_id} is marked interrupted with {saved} task(s) "
+            f"saved; continue it with `ipw measure --resume {run_id}{db_option}`"
         )
     except KeyboardInterrupt:
+        run_id, saved = resume, None
         message = (
             "stopped before the run was recorded; nothing was saved"
             if resume is None
@@ -272,5 +283,15 @@ def _interruptions_reported(resume: str | None, db: str | None) -> Iterator[None
         return
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if json_output:
+        stopped_json = {
+            "interrupted": True,
+            "run_id": run_id,
+            "tasks_saved": saved,
+            "resume": None if run_id is None else f"ipw measure --resume {run_id}{db_option}",
+            "message": message,
+        }
+        sys.stdout.write(json.dumps(stopped_json, indent=2) + "\n")
+        sys.stdout.flush()
     sys.stderr.write(f"interrupted: {message}\n")
     raise typer.Exit(128 + (received[0] if received else signal.SIGINT))
