@@ -53,12 +53,8 @@ def serve_command(
 ) -> None:
     """Serve a model over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models)."""
     from openjarvis.report.runs import coverage_names, scope_label
-    from openjarvis.runtime.engines import (
-        LOCAL_ENGINE_KINDS,
-        EngineSpec,
-        open_engine,
-        resolve_engine_model,
-    )
+    from openjarvis.runtime.cloud import measured_here
+    from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
     from openjarvis.runtime.model_kind import base_model_note, read_model_kind
     from openjarvis.serve import running_server
     from openjarvis.store import open_store
@@ -94,7 +90,7 @@ def serve_command(
                 max_concurrency=max_concurrency,
                 max_queue=max_queue,
             ) as server:
-                method = server.meter.method if opened.kind in LOCAL_ENGINE_KINDS else "estimate"
+                method = server.meter.method if measured_here(opened) else "estimate"
                 console.print(f"serving {opened.model_name} at {server.url}")
                 console.print(
                     f"[dim]{server.admission.slots} request(s) at once (engine {opened.kind}: "

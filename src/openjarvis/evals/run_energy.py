@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import sum_or_none
+from openjarvis.evals.metrics import RunFigures, run_figures, sum_or_none
 from openjarvis.power import Meter, quiet
 from openjarvis.power.claims import Claim
 from openjarvis.power.sources import EnergySource
@@ -24,6 +24,7 @@ from openjarvis.power.types import (
     WindowEnergy,
 )
 from openjarvis.records import RunRecord, TaskResultRecord
+from openjarvis.runtime.cloud import measured_here
 from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine
 from openjarvis.store import Store
@@ -32,6 +33,7 @@ __all__ = [
     "busy_note",
     "check_same_gpus",
     "claimed",
+    "complete_summary",
     "concurrency_figures",
     "conservation",
     "energy_method",
@@ -40,20 +42,12 @@ __all__ = [
     "gpu_description",
     "idle_after",
     "idle_error_w",
-    "measured_here",
     "metered_gpus",
     "metering",
-    "record_machine",
     "refuse_empty_scope",
     "shared_note",
     "watching_machine",
 ]
-
-
-def measured_here(engine: Engine) -> bool:
-    """Whether this machine's sources measure the engine: a local engine, or a server on this
-    machine (`CloudEngine.metered_here`); otherwise its energy is the per-token estimate."""
-    return engine.kind in LOCAL_ENGINE_KINDS or getattr(engine, "metered_here", False) is True
 
 
 def idle_after(idle_seconds: float, meter: Meter, engine: Engine) -> IdleBaseline | None:
@@ -315,19 +309,24 @@ def busy_note(check: quiet.MachineCheck, note: str | None) -> str | None:
     return line if note is None else f"{note}; {line}"
 
 
-def record_machine(
+def complete_summary(
     store: Store,
     run_id: str,
+    figures: RunFigures,
     note: str | None,
     watches: Sequence[quiet.Watch | None],
     meter: Meter,
-) -> str | None:
-    """Store the machine check with the finished run's summary (`machine`) and return the
-    run's note with it said; a run that did not finish keeps no check."""
+) -> tuple[RunFigures, str | None]:
+    """The finished run's summary completed with the machine check (`machine`) and with its
+    figures as `ipw show` computes them (evals.metrics.run_figures: mean power and accuracy per
+    watt over the union of the windows the summary's `concurrency` holds); returns the figures
+    and the run's note, with a busy machine said. A run that did not finish is left as it is."""
     activities = [watch.activity for watch in watches if watch is not None]
     check = quiet.check_machine(activities, meter.idle, meter.scoped_sources)
     run = store.get_run(run_id)
     if run.state != "complete" or run.summary is None:
-        return note
-    store.finish_run(run_id, "complete", {**run.summary, "machine": check.to_dict()})
-    return busy_note(check, note)
+        return figures, note
+    figures = run_figures(run, store.task_results(run_id))
+    summary = {**run.summary, **figures.to_dict(), "machine": check.to_dict()}
+    store.finish_run(run_id, "complete", summary)
+    return figures, busy_note(check, note)

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from openjarvis.engine_kinds import LOCAL_ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.reference import cost_usd
 from openjarvis.runtime.cloud_http import CloudHttp, ServerEvent
@@ -24,13 +25,21 @@ from openjarvis.runtime.token_count import GgufTokenCounter, tokenizer_file
 from openjarvis.runtime.types import (
     ChatRequest,
     Completion,
+    Engine,
     GenerationRequest,
     Request,
     StreamChunk,
     final_completion,
 )
 
-__all__ = ["CloudEngine", "CloudSettings", "MeterChoice", "Provider", "on_this_machine"]
+__all__ = [
+    "CloudEngine",
+    "CloudSettings",
+    "MeterChoice",
+    "Provider",
+    "measured_here",
+    "on_this_machine",
+]
 
 Provider = Literal["openai", "anthropic"]
 # How a served model's energy is obtained: "local" meters this machine's sources (the server runs
@@ -349,3 +358,11 @@ def _anthropic_messages(request: Request) -> dict[str, object]:
 def _model_ids(server: dict[str, object] | None) -> list[str]:
     models = server.get("models") if server else None
     return [str(model) for model in models] if isinstance(models, list) else []
+
+
+def measured_here(engine: Engine) -> bool:
+    """Whether this machine's sources measure the engine's energy: a local engine, or a server
+    on this machine (`CloudEngine.metered_here`); otherwise it is the per-token estimate."""
+    return engine.kind in LOCAL_ENGINE_KINDS or (
+        isinstance(engine, CloudEngine) and engine.metered_here
+    )

@@ -34,7 +34,8 @@ from openjarvis.errors import UserError
 from openjarvis.power import Meter
 from openjarvis.power.claims import Claim
 from openjarvis.power.reuse import PrefillPrice
-from openjarvis.power.types import Scope
+from openjarvis.power.types import GpuSelection, Scope
+from openjarvis.runtime.cloud import measured_here
 from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine, StreamChunk
 from openjarvis.serve.admission import (
@@ -429,10 +430,13 @@ def running_server(
 
     The meter reads the GPUs the engine runs on, not every visible one (docs/energy.md, "Scope").
     It keeps no history: a server runs for days and never asks for the total of its windows."""
-    with Meter.discover(scope=scope, gpus=engine.devices, keep_history=False) as meter:
+    # A server on this machine behind this one says not which GPUs it uses: all visible count.
+    beside = measured_here(engine) and engine.kind not in LOCAL_ENGINE_KINDS
+    gpus: GpuSelection = "all" if beside else engine.devices
+    with Meter.discover(scope=scope, gpus=gpus, keep_history=False) as meter:
         # The server claims the sources it meters (power/claims.py), so that an `ipw measure`
         # started beside it is told; one already measuring is reported, not refused.
-        local = engine.kind in LOCAL_ENGINE_KINDS
+        local = measured_here(engine)
         claim = meter.claim(f"jarvis serve on {engine.model_name}") if local else Claim()
         try:
             if idle_seconds > 0:
