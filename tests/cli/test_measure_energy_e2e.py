@@ -1,7 +1,9 @@
 """`ipw measure` end to end against a counter whose power is known: the real embedded model and
 meter over a fake RAPL tree whose package draws 20 W (its core zone, inside it, 12 W) and DRAM
 5 W, refreshed every 2 ms. Every task's energy must be 25 W times its windows' time: adding the
-core zone to its package, or a window counted twice, gives another number."""
+core zone to its package (37 W), or a window counted twice (50 W), gives another number. The
+10 % allowed is for the writer thread's lateness on a busy machine (each refresh is stamped with
+the time it was written, but the meter places it by when it saw the counter step)."""
 
 import os
 import threading
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.e2e
 
 PACKAGE_W, CORE_W, DRAM_W = 20.0, 12.0, 5.0
 REFRESH_S = 0.002
+TOLERANCE = 0.1
 ZONES = {"intel-rapl:0": PACKAGE_W, "intel-rapl:0:0": CORE_W, "intel-rapl:0:2": DRAM_W}
 SUITE = "\n".join(
     f'{{"task_id": "sum{i}", "kind": "exact_match", "prompt": "Question: What is {i} + {i}?'
@@ -75,21 +78,23 @@ def test_each_task_draws_the_known_power_over_its_windows(tmp_path: Path) -> Non
         tasks = store.task_results(result.run_id)
     assert run.energy_method == "counter"
     assert run.idle_power_w == {
-        "rapl:package-0": pytest.approx(PACKAGE_W, rel=0.02),
-        "rapl:dram-0": pytest.approx(DRAM_W, rel=0.02),
+        "rapl:package-0": pytest.approx(PACKAGE_W, rel=TOLERANCE),
+        "rapl:dram-0": pytest.approx(DRAM_W, rel=TOLERANCE),
     }
     assert len(tasks) == 3
     for task in tasks:
         assert task.latency_s > 0.05
         by_source = {reading.source: reading.energy_j for reading in task.energy}
         assert set(by_source) == {"rapl:package-0", "rapl:dram-0"}  # the core zone is inside
-        assert by_source["rapl:package-0"] == pytest.approx(PACKAGE_W * task.latency_s, rel=0.03)
-        assert by_source["rapl:dram-0"] == pytest.approx(DRAM_W * task.latency_s, rel=0.03)
-        assert task.energy_j == pytest.approx((PACKAGE_W + DRAM_W) * task.latency_s, rel=0.03)
+        seconds = task.latency_s
+        assert by_source["rapl:package-0"] == pytest.approx(PACKAGE_W * seconds, rel=TOLERANCE)
+        assert by_source["rapl:dram-0"] == pytest.approx(DRAM_W * seconds, rel=TOLERANCE)
+        assert task.energy_j == pytest.approx((PACKAGE_W + DRAM_W) * seconds, rel=TOLERANCE)
         # Power never rose above idle: nothing is left after idle is taken off, nor in a tail.
         assert task.net_energy_j is not None and task.energy_j is not None
-        assert abs(task.net_energy_j) < 0.03 * task.energy_j
-        assert task.tail_energy_j is not None and abs(task.tail_energy_j) < 0.03 * task.energy_j
+        assert abs(task.net_energy_j) < TOLERANCE * task.energy_j
+        assert task.tail_energy_j is not None
+        assert abs(task.tail_energy_j) < TOLERANCE * task.energy_j
     # The run's mean power is the machine's, and its windows add up to the counters.
     mean_j = sum(t.energy_j for t in tasks if t.energy_j is not None) / 3
     assert result.figures.mean_energy_j.value == pytest.approx(mean_j, rel=1e-6)
