@@ -139,8 +139,13 @@ def run_measure(
                 result = _execute(
                     spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
                 )
-            result.energy_note = run_energy.record_machine(
-                store, result.run_id, result.energy_note, (idle_watch, tasks_watch), meter
+            result.figures, result.energy_note = run_energy.complete_summary(
+                store,
+                result.run_id,
+                result.figures,
+                result.energy_note,
+                (idle_watch, tasks_watch),
+                meter,
             )
             return replace(result, energy_coverage=run.energy_coverage)
     finally:
@@ -204,8 +209,13 @@ def resume_measure(
                     result = _execute(
                         spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
                     )
-                result.energy_note = run_energy.record_machine(
-                    store, result.run_id, result.energy_note, (None, tasks_watch), meter
+                result.figures, result.energy_note = run_energy.complete_summary(
+                    store,
+                    result.run_id,
+                    result.figures,
+                    result.energy_note,
+                    (None, tasks_watch),
+                    meter,
                 )
                 coverage = run.energy_coverage or meter.coverage.to_dict()  # older runs: now
                 return replace(result, energy_coverage=coverage)
