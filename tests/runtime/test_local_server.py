@@ -88,6 +88,18 @@ def test_without_usage_the_gguf_counts_the_tokens() -> None:
     assert settings["token_counts"] == f"usage, else counted with {gguf}"
 
 
+def test_a_count_the_server_sent_stands_and_only_the_missing_one_is_counted() -> None:
+    gguf = embedded_default().path
+    with stub_server(
+        [_reply("    return", usage={"prompt_tokens": 99})], _models(str(gguf))
+    ) as stub:
+        engine = _engine(stub.url, str(gguf))
+        completion = engine.generate(PROMPT)
+        engine.close()
+    assert completion.prompt_tokens == 99  # the server's, though our count differs
+    assert completion.completion_tokens >= 1 and engine.counted_completions == 1
+
+
 def test_the_embedded_models_name_finds_its_tokenizer_for_chat_too() -> None:
     chat = ChatRequest((ChatMessage("user", "Say hi"),), max_tokens=4)
     with stub_server([_reply("Hi")], {}) as stub:  # no /v1/models here: a 404

@@ -253,7 +253,13 @@ class CloudEngine:
         if outcome.prompt_tokens is not None and outcome.completion_tokens is not None:
             return outcome.prompt_tokens, outcome.completion_tokens
         if self._counter is not None:
-            return self._counter.count(request, text)
+            prompt, reply = self._counter.count(request, text)
+            # What the server did send stands; only a missing count is ours.
+            sent_prompt, sent_reply = outcome.prompt_tokens, outcome.completion_tokens
+            return (
+                prompt if sent_prompt is None else sent_prompt,
+                reply if sent_reply is None else sent_reply,
+            )
         if self.metered_here:
             # Completion's counts are ints, so an unknown count cannot be stored as null yet.
             raise UserError(
