@@ -71,7 +71,7 @@ def serve_command(
         threads=threads,
         n_gpu_layers=n_gpu_layers,
         tp=tp,
-        max_batch=max_concurrency,  # the torch engine sizes its KV cache and graphs by it
+        concurrency=max_concurrency,  # the torch engine sizes its KV cache and graphs by it
     )
     resolved = resolve_engine_model(spec)
     store = None if no_log else open_store(db)

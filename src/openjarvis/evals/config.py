@@ -145,7 +145,7 @@ class RunConfig:
             tp=self.tp,
             n_gpu_layers=self.n_gpu_layers,
             # The torch engine holds KV cache and start-up graphs for this many, not 64.
-            max_batch=self.concurrency,
+            concurrency=self.concurrency,
             reuse_prompt_cache=False,
             meter=self.meter,
         )

@@ -56,9 +56,10 @@ class EngineSpec:
     threads: int | None = None
     n_gpu_layers: int = 0  # llamacpp only
     tp: int = 1  # torch only: tensor-parallel processes, one per GPU
-    # torch only: sequences decoded together at most, when fewer than the engine's default:
-    # the KV cache and the CUDA graphs captured at start-up are sized by it.
-    max_batch: int | None = None
+    # Requests in flight at once (`ipw measure --concurrency`, `jarvis serve --max-concurrency`),
+    # when fewer than the engine's own: the torch engine sizes its KV cache and the CUDA graphs
+    # captured at start-up by it (its settings' max_batch).
+    concurrency: int | None = None
     reuse_prompt_cache: bool = True
     timeout_s: float = 120.0  # cloud: longest wait for the next byte
     meter: str = "auto"  # openai: auto, local (a server on this machine) or estimate
@@ -96,8 +97,8 @@ def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
         torch_settings = TorchSettings(
             tp=spec.tp, max_seq_len=spec.n_ctx, reuse_prompt_cache=spec.reuse_prompt_cache
         )
-        if spec.max_batch is not None:
-            batch = min(spec.max_batch, torch_settings.max_batch)
+        if spec.concurrency is not None:
+            batch = min(spec.concurrency, torch_settings.max_batch)
             torch_settings = replace(torch_settings, max_batch=batch)
         return TorchEngine(model.path, torch_settings)
     if spec.kind == "llamacpp":
