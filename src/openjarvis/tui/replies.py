@@ -47,14 +47,10 @@ class ReplyStream:
             with self._meter.window("jarvis reply") as window:
                 stream = self._engine.stream(self._request)
                 try:
-                    last = self._relay(stream, relay)
+                    completion = self._relay(stream, relay, window.mark_first_token)
                 finally:
                     if isinstance(stream, Generator):
                         stream.close()  # frees the engine at once when the reply was stopped
-                completion = last.completion if last else None
-                if last and completion and completion.ttft_s is not None:
-                    # The prompt's energy apart from the reply's: the window splits there.
-                    window.mark_first_token(last.time_s - completion.wall_s + completion.ttft_s)
         except UserError as error:
             return ReplyOutcome(None, None, str(error))
         estimate = completion.energy_estimate if completion else None
@@ -63,13 +59,18 @@ class ReplyStream:
         )
         return ReplyOutcome(completion, energy, None if completion else "stopped")
 
-    def _relay(self, stream: Iterator[StreamChunk], relay: Relay) -> StreamChunk | None:
+    def _relay(
+        self, stream: Iterator[StreamChunk], relay: Relay, first_token: Callable[[float], None]
+    ) -> Completion | None:
         """Relay the stream's text in batches, one per FLUSH_S rather than one per token, which
-        keeps the UI's share of the CPU small while the model decodes. Returns the last chunk
-        (with the completion), or None when the user stopped the reply."""
+        keeps the UI's share of the CPU small while the model decodes; `first_token` hears the
+        first chunk's time as it comes (the window splits the prompt's energy from the reply's
+        there). Returns the completion, or None when the user stopped the reply."""
         pending: list[str] = []
         first_s = posted_s = 0.0
-        for chunk in stream:
+        for index, chunk in enumerate(stream):
+            if index == 0:
+                first_token(chunk.time_s)
             if chunk.text:
                 first_s = first_s if pending else chunk.time_s
                 pending.append(chunk.text)
@@ -79,7 +80,7 @@ class ReplyStream:
                 relay("".join(pending), len(pending), first_s)
                 pending, posted_s = [], chunk.time_s
             if chunk.completion is not None:
-                return chunk
+                return chunk.completion
             if stopping:
                 return None
         raise RuntimeError("the engine's stream ended without a completion")
