@@ -129,3 +129,21 @@ def test_key_routes_and_methods_answer_in_the_error_shape(server: EnergyServer) 
     wrong_method = httpx.get(f"{server.url}/completions", headers=headers)
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["message"]
     assert httpx.get(f"{server.url[:-3]}/health").json() == {"status": "ok"}
+
+
+def test_an_authorization_header_without_bearer_is_refused(server: EnergyServer) -> None:
+    """`Authorization: KEY` is no bearer token: refused, though the key is right."""
+    for header in (KEY, f"Basic {KEY}"):
+        refused = httpx.post(
+            f"{server.url}/completions", json={"prompt": "x"}, headers={"authorization": header}
+        )
+        assert refused.status_code == 401
+        assert refused.json()["error"]["message"] == (
+            "the Authorization header must read `Bearer KEY`"
+        )
+    accepted = httpx.post(
+        f"{server.url}/completions",
+        json={"prompt": "x", "max_tokens": 1},
+        headers={"authorization": f"bearer {KEY}"},  # the scheme is case-insensitive
+    )
+    assert accepted.status_code == 200

@@ -218,9 +218,16 @@ class EnergyServer:
     def _authorise(self, request: Request) -> None:
         if self._api_key is None:
             return
-        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        given = given or request.headers.get("x-api-key", "")
-        if not hmac.compare_digest(given.encode(), self._api_key.encode()):
+        header = request.headers.get("authorization")
+        if header is not None:
+            scheme, _, given = header.strip().partition(" ")
+            if scheme.lower() != "bearer":  # `Authorization: KEY` is no bearer token
+                raise ApiError(
+                    401, "the Authorization header must read `Bearer KEY`", "authentication_error"
+                )
+        else:
+            given = request.headers.get("x-api-key", "")
+        if not hmac.compare_digest(given.strip().encode(), self._api_key.encode()):
             raise ApiError(401, "missing or wrong API key", "authentication_error")
 
     # Routes --------------------------------------------------------------------------------
