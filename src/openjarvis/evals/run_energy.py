@@ -128,7 +128,9 @@ def concurrency_figures(
 
 def estimated_window(window: WindowEnergy, completion: Completion) -> WindowEnergy:
     """A cloud completion's energy is its token-based estimate (data/cloud_energy.csv),
-    not what this machine drew meanwhile; idle subtraction does not apply to it (net unknown)."""
+    not what this machine drew meanwhile; idle subtraction does not apply to it (net unknown).
+    Neither does the window's split at the first token or its tail: those are this machine's
+    draw over time, so they are unknown here rather than a time split of someone else's."""
     estimate = completion.energy_estimate
     if estimate is None:
         return window
@@ -148,6 +150,9 @@ def estimated_window(window: WindowEnergy, completion: Completion) -> WindowEner
         null_reason=None,
         sources=(source,),
         low_resolution=False,
+        tail_energy_j=None,
+        prefill_energy_j=None,
+        decode_energy_j=None,
     )
 
 
