@@ -106,7 +106,8 @@ def main() -> None:
     args = parser.parse_args()
     import pynvml
 
-    from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+    from openjarvis.runtime.torch.config import TorchSettings
+    from openjarvis.runtime.torch.engine import TorchEngine
 
     kernel_error = check_kernel()
     print(f"paged decode kernel vs gathered attention: relative difference {kernel_error:.2e}")

@@ -39,7 +39,8 @@ def run_one(
     faulthandler.dump_traceback_later(450, exit=True)  # a hung collective ends the child
 
     from openjarvis.power import Meter
-    from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+    from openjarvis.runtime.torch.config import TorchSettings
+    from openjarvis.runtime.torch.engine import TorchEngine
 
     settings = TorchSettings(
         device=device,

@@ -181,7 +181,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--no-compile", action="store_true")
     args = parser.parse_args()
-    from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+    from openjarvis.runtime.torch.config import TorchSettings
+    from openjarvis.runtime.torch.engine import TorchEngine
 
     batches = [int(b) for b in args.batches.split(",")]
     settings = TorchSettings(

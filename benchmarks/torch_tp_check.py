@@ -38,7 +38,8 @@ RUNS = (
 
 def _one(arguments: list[str]) -> None:
     """In a child: one engine, its logits and greedy tokens saved to a file."""
-    from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+    from openjarvis.runtime.torch.config import TorchSettings
+    from openjarvis.runtime.torch.engine import TorchEngine
 
     preset, tp, dtype, all_reduce, fused_gemv, device, path = arguments[:7]
     prompt = [int(t) for t in arguments[7].split(",")]

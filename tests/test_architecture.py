@@ -147,10 +147,6 @@ def layering_violations(graph: dict[str, set[str]], source: Path = SOURCE) -> li
     return violations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime.torch.runner needs engine.TorchSettings; goes with the engine split",
-)
 def test_the_package_has_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
 

@@ -11,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings  # noqa: E402
+from openjarvis.runtime.torch.config import TorchSettings  # noqa: E402
+from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
 from openjarvis.runtime.torch.scheduler import Step  # noqa: E402
 
 PROMPTS = [

@@ -17,7 +17,8 @@ llama_cpp = pytest.importorskip("llama_cpp")
 
 from openjarvis.errors import UserError  # noqa: E402
 from openjarvis.runtime.models import resolve_model  # noqa: E402
-from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings  # noqa: E402
+from openjarvis.runtime.torch.config import TorchSettings  # noqa: E402
+from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
 from openjarvis.runtime.types import GenerationRequest  # noqa: E402
 
 MIN_CORRELATION = 0.995

@@ -7,7 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from openjarvis.errors import UserError  # noqa: E402
-from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings  # noqa: E402
+from openjarvis.runtime.torch.config import TorchSettings  # noqa: E402
+from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
 from openjarvis.runtime.torch.loading import build_model  # noqa: E402
 from openjarvis.runtime.torch.model import config_for  # noqa: E402
 from openjarvis.runtime.torch.parallel import tensor_parallel  # noqa: E402

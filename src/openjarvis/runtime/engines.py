@@ -86,7 +86,8 @@ def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
     """Load the model (local) or set up the client (cloud); the engine is the caller's."""
     if spec.kind == "torch":
         try:
-            from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+            from openjarvis.runtime.torch.config import TorchSettings
+            from openjarvis.runtime.torch.engine import TorchEngine
         except ImportError as error:
             raise UserError(
                 f"the torch engine needs torch ({error}); "

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from openjarvis.errors import UserError
+from openjarvis.runtime.torch.config import TorchSettings
 from openjarvis.runtime.torch.loading import build_model, load_checkpoint
 from openjarvis.runtime.torch.model import Transformer, config_for
 from openjarvis.runtime.torch.paged import SCRATCH_BLOCK, Layout
@@ -35,7 +36,6 @@ from openjarvis.runtime.torch.scheduler import Sequence, Step
 
 if TYPE_CHECKING:  # the kernels need Triton, imported only when tensor parallelism runs
     from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
-    from openjarvis.runtime.torch.engine import TorchSettings
 
 __all__ = ["BLOCK_SIZE", "Runner", "Spec", "StepInputs", "batch_buckets"]
 
@@ -50,7 +50,7 @@ class Spec:
     """What every process needs to build its piece of the same model (picklable for spawn)."""
 
     source: str  # a .gguf path, a Hugging Face folder, or a preset name (random weights)
-    settings: "TorchSettings"
+    settings: TorchSettings
     port: int
 
 

@@ -1,0 +1,51 @@
+"""The torch engine's settings, one frozen dataclass that the engine, its runners (every rank,
+pickled for spawn) and its callers share (nano-vllm's config.py).
+"""
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+
+__all__ = ["AllReduceChoice", "FusedGemvChoice", "TorchSettings"]
+
+AllReduceChoice = Literal["auto", "nccl", "peer"]
+FusedGemvChoice = Literal["auto", "on", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class TorchSettings:
+    device: str = "auto"  # "auto": cuda when a GPU is visible, else cpu
+    dtype: str = "auto"  # "auto": bfloat16 on cuda, float32 on cpu
+    tp: int = 1  # tensor-parallel processes, one per GPU (gloo processes on the CPU)
+    max_seq_len: int = 4096
+    # Sequences decoded together at most (the engine's concurrency); the KV cache holds this
+    # many full-length sequences where memory allows.
+    max_batch: int = 64
+    prefill_tokens: int = 2048  # prompt tokens per prefill step (longer prompts: in chunks)
+    # Keep the KV blocks of prompts by content and reuse a shared prefix (chat turns, a system
+    # prompt); a benchmark measures every request from a cold cache instead (off).
+    reuse_prompt_cache: bool = True
+    cuda_graphs: bool = True  # replay decode steps from CUDA graphs, one per batch bucket (GPU)
+    # torch.compile the decode step (fusing norms, RoPE, residuals: fewer, larger kernels).
+    # None: on the GPU, off on the CPU (where inductor's C++ build costs more than it saves).
+    compile: bool | None = None
+    # torch.compile's mode for that step: "max-autotune-no-cudagraphs" also tunes the matmuls
+    # (minutes longer to start); never a mode with CUDA graphs: the engine captures its own.
+    compile_mode: str = "default"
+    # "auto": our peer all-reduce where the size table says it beats NCCL, else NCCL.
+    all_reduce: AllReduceChoice = "auto"
+    # One token's attention-out and MLP-down products fused with their all-reduce (our peer
+    # kernel): "auto" where timed faster at start-up, per shape; needs the peer all-reduce.
+    fused_gemv: FusedGemvChoice = "auto"
+    seed: int = 0  # random-weights mode only
+
+    def resolved(self) -> "TorchSettings":
+        device = self.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = self.dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if device == "cuda" else "float32"
+        compile = device == "cuda" if self.compile is None else self.compile
+        return replace(self, device=device, dtype=dtype, compile=compile)

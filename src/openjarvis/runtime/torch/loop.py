@@ -1,0 +1,183 @@
+"""The torch engine's step loop: one thread on rank 0 that takes new sequences from an inbox,
+asks the scheduler for the next step, runs it through the runner (on every rank alike), picks
+each row's token, and records the step in the ledger as it lands (nano-vllm's engine step, on a
+thread of its own so that requests from many threads share one batch).
+"""
+
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from openjarvis.errors import UserError
+from openjarvis.runtime.torch.runner import BLOCK_SIZE, Runner, StepInputs
+from openjarvis.runtime.torch.scheduler import Scheduler, Sequence, Step
+from openjarvis.runtime.types import StepLedger
+
+__all__ = ["StepLoop"]
+
+
+class StepLoop:
+    """Runs steps while there is work, sleeps while there is none, and ends on `close()`.
+
+    A failure ends the loop: every sequence waiting or running gets the error, and `enqueue`
+    refuses new ones with it."""
+
+    def __init__(self, runner: Runner, scheduler: Scheduler, chains: bool) -> None:
+        self._runner = runner
+        self._scheduler = scheduler
+        # Decode steps are chained (launched before the one before has landed) in one process.
+        self._chains = chains
+        self.ledger = StepLedger()  # each step as it lands, for the meter
+        self._wake = threading.Condition()
+        self._inbox: list[Sequence] = []
+        self._closing = False
+        self.failure: BaseException | None = None
+        self._landed_s = 0.0  # when the last step's picks reached the host
+        self._thread = threading.Thread(target=self._loop, name="torch-engine", daemon=True)
+        self._thread.start()
+
+    def enqueue(self, sequence: Sequence) -> None:
+        with self._wake:
+            if self.failure is not None:
+                raise RuntimeError("the torch engine stopped after an error") from self.failure
+            if self._closing:
+                raise RuntimeError("the torch engine is closed")
+            self._inbox.append(sequence)
+            self._wake.notify()
+
+    def close(self) -> None:
+        """Finish the steps of the sequences already in, then end the thread."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        runner, scheduler = self._runner, self._scheduler
+        if runner.device.type == "cuda":
+            torch.cuda.set_device(runner.device)
+        try:
+            while True:
+                with self._wake:
+                    if not self._inbox and scheduler.idle:
+                        scheduler.deliver()
+                        self.ledger.idle()
+                    while not self._inbox and scheduler.idle and not self._closing:
+                        self._wake.wait()
+                    arrived, self._inbox = self._inbox, []
+                    if self._closing and scheduler.idle and not arrived:
+                        return
+                self.ledger.busy()  # before any step starts: their times follow this
+                for sequence in arrived:
+                    try:
+                        scheduler.add(sequence)
+                    except ValueError as error:
+                        sequence.outbox.put(UserError(str(error)))
+                step = scheduler.next_step()
+                if step is None:
+                    scheduler.deliver()
+                else:
+                    self._run(step)
+        except BaseException as error:
+            with self._wake:
+                self.failure = error
+                for sequence in self._inbox:
+                    sequence.outbox.put(error)
+                self._inbox = []
+            scheduler.fail(error)
+
+    def _run(self, step: Step) -> None:
+        """Run a step. A decode step is followed by its continuations (Scheduler.continued)
+        while no new sequence could start: each is launched before the step before it has
+        landed, its tokens taken from that step's picks on the device, so the GPU runs one
+        step while the host records the last and wakes its consumers (the overlap of
+        SGLang's and vLLM's asynchronous schedulers). With tensor parallelism each step waits
+        for the one before: the followers receive its tokens in rank 0's broadcast."""
+        scheduler = self._scheduler
+        flight = self._launch(step)
+        while True:
+            following = None
+            if step.kind == "decode" and self._chains and not self._inbox:
+                scheduler.drop_cancelled()
+                continued = None if scheduler.can_admit else scheduler.continued(flight.step)
+                if continued is not None:
+                    following = self._launch(continued[0], flight.picks_of(continued[1]))
+            self._land(flight)
+            scheduler.deliver()
+            if following is None:
+                return
+            flight = following
+
+    def _launch(self, step: Step, tokens: torch.Tensor | None = None) -> "_Flight":
+        """Start the step on the device and the copy of its picks to the host."""
+        launched_s = time.monotonic()
+        inputs = self._runner.share(StepInputs.of(step, BLOCK_SIZE, tokens))
+        assert inputs is not None
+        logits = self._runner.run(inputs)
+        scoring = step.rows[0].sequence  # a scoring prompt runs alone in its step
+        if scoring.all_logits:
+            scoring.logits = logits[0].cpu()
+            return _Flight(step, launched_s, None, None, None)
+        picks = _pick(step, logits)
+        if picks.device.type != "cuda":
+            return _Flight(step, launched_s, picks, picks, None)
+        landed = torch.cuda.Event()
+        host = picks.to("cpu", non_blocking=True)  # into pinned memory
+        landed.record()
+        return _Flight(step, launched_s, picks, host, landed)
+
+    def _land(self, flight: "_Flight") -> None:
+        """Wait for the step's picks and record it. Its time on the device runs from its
+        launch, or from the landing of the step before it if that came later."""
+        if flight.landed is not None:
+            flight.landed.synchronize()
+        picked: list[int | None] = [None] * len(flight.step.rows)
+        if flight.host is not None:
+            picked = flight.host.tolist()
+        end_s = time.monotonic()
+        start_s = max(flight.launched_s, self._landed_s)
+        self._scheduler.finish_step(flight.step, picked, start_s, end_s)
+        self.ledger.landed(end_s)
+        self._landed_s = end_s
+
+
+def _pick(step: Step, logits: torch.Tensor) -> torch.Tensor:
+    """Each row's next token, on the logits' device (nothing waits for the step): greedy at
+    temperature 0, else drawn from softmax(logits / temperature) with the sequence's own
+    seeded generator. Rows that sample nothing get a pick that is ignored."""
+    picks = logits.argmax(dim=-1)
+    for i, row in enumerate(step.rows):
+        sequence = row.sequence
+        if row.sample and sequence.temperature > 0:
+            if sequence.generator is None:
+                sequence.generator = torch.Generator(logits.device)
+                sequence.generator.manual_seed(sequence.seed)
+            probabilities = torch.softmax(logits[i] / sequence.temperature, dim=-1)
+            picks[i] = torch.multinomial(probabilities, 1, generator=sequence.generator)[0]
+    return picks
+
+
+@dataclass(frozen=True, slots=True)
+class _Flight:
+    """A launched step: its picks on the device, their copy on the host once `landed` has
+    passed (None on the CPU, where the copy is the picks), None for a scoring step."""
+
+    step: Step
+    launched_s: float
+    picks: torch.Tensor | None
+    host: torch.Tensor | None
+    landed: torch.cuda.Event | None
+
+    def picks_of(self, rows: list[int]) -> torch.Tensor:
+        """The picks of the given rows as a continued step's tokens, [len(rows), 1], without
+        waiting for them."""
+        assert self.picks is not None, "a scoring step is never continued"
+        picks = self.picks
+        if len(rows) < picks.size(0):
+            index = torch.tensor(rows)
+            if picks.is_cuda:
+                index = index.pin_memory().to(picks.device, non_blocking=True)
+            picks = picks[index]
+        return picks[:, None]

@@ -1,0 +1,40 @@
+"""The torch engine's side of the roofline: the bytes its decode reads, from a model's config
+and dtype, through the one formula of runtime/roofline.py, and no bandwidth on the CPU."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from openjarvis.runtime.roofline import step_bytes_per_token  # noqa: E402
+from openjarvis.runtime.torch.decode_roofline import DecodeRoofline, device_bandwidth  # noqa: E402
+from openjarvis.runtime.torch.model import config_for  # noqa: E402
+
+
+def test_weights_leave_out_the_embedding_table_unless_the_head_shares_it() -> None:
+    config = config_for("tiny-llama")  # untied: embedding and head are two tables
+    assert not config.tie_embeddings
+    roofline = DecodeRoofline(config, "bfloat16")
+    table = config.vocab_size * config.dim
+    assert roofline.weight_bytes() == (config.parameter_count - table) * 2
+    tied = DecodeRoofline(config_for("tiny-qwen3"), "float32")
+    assert tied.config.tie_embeddings
+    assert tied.weight_bytes() == tied.config.parameter_count * 4
+
+
+def test_kv_bytes_count_keys_and_values_of_every_layer() -> None:
+    config = config_for("tiny-llama")  # 2 layers, 2 KV heads of 16
+    roofline = DecodeRoofline(config, "float32")
+    assert roofline.kv_bytes(10) == 10 * 2 * 2 * (16 + 16) * 4
+
+
+def test_a_step_shares_its_weights_among_the_batch() -> None:
+    roofline = DecodeRoofline(config_for("tiny-llama"), "bfloat16")
+    one = roofline.bytes_per_token(context=100, batch=1)
+    four = roofline.bytes_per_token(context=100, batch=4)
+    assert one == roofline.weight_bytes() + roofline.kv_bytes(100)
+    assert four == (roofline.weight_bytes() + 4 * roofline.kv_bytes(100)) / 4
+    assert four == step_bytes_per_token(roofline.weight_bytes(), roofline.kv_bytes(1), 100, 4)
+
+
+def test_the_cpu_has_no_measured_bandwidth() -> None:
+    assert device_bandwidth(torch.device("cpu")) is None
