@@ -7,6 +7,7 @@ Marked `gpu` and skipped without CUDA; run them on the GPU machine with `pytest 
 """
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ pytestmark = [
 needs_two = pytest.mark.skipif(GPUS < 2, reason="needs two CUDA GPUs of one host")
 # The peer kernels read peers' memory over NVLink; multicast stays off on the lent machines.
 PEER_ENVIRONMENT = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+Spawn = Callable[[Callable[[int, int, str], None], int], None]  # spawn_ranks(ranks, world_size)
 
 
 # Paged decode attention ---------------------------------------------------------------------
@@ -172,15 +174,23 @@ def _peer_all_reduce_ranks(rank: int, world_size: int, store: str) -> None:
         dist.destroy_process_group()
 
 
-@needs_two
-def test_peer_all_reduce_sums_in_rank_order_like_nccl(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def spawn_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Spawn:
+    """Runs `ranks(rank, world_size, store)` in one process per GPU, with peer access set up
+    as on the lent machines (the spawned ranks inherit the environment)."""
     for name, value in PEER_ENVIRONMENT.items():
-        monkeypatch.setenv(name, value)  # the spawned ranks inherit it
-    torch.multiprocessing.spawn(
-        _peer_all_reduce_ranks, args=(GPUS, str(tmp_path / "store")), nprocs=GPUS
-    )
+        monkeypatch.setenv(name, value)
+
+    def spawn(ranks: Callable[[int, int, str], None], world_size: int) -> None:
+        store = str(tmp_path / "store")
+        torch.multiprocessing.spawn(ranks, args=(world_size, store), nprocs=world_size)
+
+    return spawn
+
+
+@needs_two
+def test_peer_all_reduce_sums_in_rank_order_like_nccl(spawn_ranks: Spawn) -> None:
+    spawn_ranks(_peer_all_reduce_ranks, GPUS)
 
 
 # Row-parallel shapes of the engine's decode (out rows x this rank's columns): a gemma-3-270m
@@ -229,18 +239,10 @@ def _gemv_ranks(rank: int, world_size: int, store: str) -> None:
 
 
 @needs_two
-def test_fused_gemv_all_reduce_matches_the_gemv_then_nccl(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name, value in PEER_ENVIRONMENT.items():
-        monkeypatch.setenv(name, value)
-    torch.multiprocessing.spawn(_gemv_ranks, args=(GPUS, str(tmp_path / "store")), nprocs=GPUS)
+def test_fused_gemv_all_reduce_matches_the_gemv_then_nccl(spawn_ranks: Spawn) -> None:
+    spawn_ranks(_gemv_ranks, GPUS)
 
 
-def test_fused_gemv_on_one_gpu_is_the_plain_product(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_fused_gemv_on_one_gpu_is_the_plain_product(spawn_ranks: Spawn) -> None:
     """World size 1 takes the kernel's no-exchange branch; the product alone must be right."""
-    for name, value in PEER_ENVIRONMENT.items():
-        monkeypatch.setenv(name, value)
-    torch.multiprocessing.spawn(_gemv_ranks, args=(1, str(tmp_path / "store")), nprocs=1)
+    spawn_ranks(_gemv_ranks, 1)
