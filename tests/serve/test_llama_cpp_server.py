@@ -65,7 +65,8 @@ def test_measure_meters_llama_cpp_pythons_server_here(
         [
             *(sys.executable, "-m", "openjarvis", "measure", "--engine", "openai"),
             *("--base-url", url, "--model", str(gguf), "--limit", "2", "--idle-seconds", "1"),
-            *("--db", str(db), "--json"),
+            # Another measurement on a shared development machine would otherwise refuse it.
+            *("--db", str(db), "--json", "--allow-shared"),
         ],
         capture_output=True,
         text=True,
