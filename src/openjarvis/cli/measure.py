@@ -3,9 +3,10 @@ anything is written; then the run, its progress on stderr and its summary.
 """
 
 import json
+import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Annotated
@@ -151,14 +152,17 @@ def measure_command(
         # stored configuration, suite and model again before it writes.
         with open_reader(db) as store:
             refuse_if_live(store.get_run(resume))
-        with _interruptions_reported(resume, db, json_output), measure_progress(resume) as progress:
+        with (
+            _interruptions_reported(resume, db, json_output) as on_run,
+            measure_progress(resume) as progress,
+        ):
             result = resume_measure(
                 resume,
                 db,
                 on_start=progress.on_start,
                 on_task=progress.on_task,
                 allow_shared=allow_shared,
-                on_run=lambda run_id: announce_run(run_id, db),
+                on_run=on_run,
             )
         print_summary(result, Console(), json_output, _judge_run(result.run_id, db))
         return
@@ -202,7 +206,7 @@ def measure_command(
     )
     prepared = prepare(config)  # before the progress bar: a refusal is the only line printed
     with (
-        _interruptions_reported(None, db, json_output),
+        _interruptions_reported(None, db, json_output) as on_run,
         measure_progress(prepared.suite.name) as progress,
     ):
         result = run_measure(
@@ -210,7 +214,7 @@ def measure_command(
             db,
             on_start=progress.on_start,
             on_task=progress.on_task,
-            on_run=lambda run_id: announce_run(run_id, db),
+            on_run=on_run,
         )
     print_summary(result, Console(), json_output, _judge_run(result.run_id, db))
 
@@ -248,23 +252,53 @@ def _refuse_conflicting_options(ctx: typer.Context) -> None:
 @contextmanager
 def _interruptions_reported(
     resume: str | None, db: str | None, json_output: bool
-) -> Iterator[None]:
+) -> Iterator[Callable[[str], None]]:
     """SIGTERM stops a measurement as Ctrl-C does. Either way one line says what was saved and
     how to continue, and the exit status is 128 + the signal (130 or 143), as a shell expects.
-    With --json, stdout carries the same as JSON, so a program reading it gets an answer."""
+    With --json, stdout carries the same as JSON, so a program reading it gets an answer.
+
+    The first Ctrl-C says at once that the tasks in flight are finishing (with --concurrency
+    that takes as long as their generation); a second one stops at once, losing those tasks
+    (the run keeps what was saved; --resume runs them again). Yields the run callback that
+    announces the run's id, so that the second Ctrl-C can name it."""
     received: list[int] = []
+    announced: list[str] = []
+    db_option = f" --db {db}" if db else ""
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup
         raise KeyboardInterrupt
 
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if not received:
+            received.append(signum)
+            sys.stderr.write(
+                "stopping: the tasks in flight finish generating, then every finished task is "
+                "saved; press Ctrl-C again to stop at once\n"
+            )
+            raise KeyboardInterrupt
+        run = announced[-1] if announced else resume
+        how = (
+            "before the run was recorded; nothing was saved"
+            if run is None
+            else f"run {run} keeps the tasks saved so far (those in flight are lost); continue "
+            f"it with `ipw measure --resume {run}{db_option}`"
+        )
+        sys.stderr.write(f"interrupted: stopped at once, {how}\n")
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGINT)  # no cleanup: that is what waiting for it would be
+
+    def on_run(run_id: str) -> None:
+        announced.append(run_id)
+        announce_run(run_id, db)
+
     previous = signal.signal(signal.SIGTERM, on_sigterm)
-    db_option = f" --db {db}" if db else ""
+    previous_sigint = signal.signal(signal.SIGINT, on_sigint)
     run_id: str | None
     saved: int | None
     try:
-        yield
+        yield on_run
     except RunInterrupted as stopped:
         run_id, saved = stopped.run_id, stopped.tasks_saved
         message = (
@@ -283,6 +317,7 @@ def _interruptions_reported(
         return
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_sigint)
     if json_output:
         stopped_json = {
             "interrupted": True,
