@@ -1,12 +1,20 @@
 """The torch engine's side of the roofline: the bytes its decode reads, from a model's config
 and dtype, through the one formula of runtime/roofline.py, and no bandwidth on the CPU."""
 
+import socket
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from openjarvis.runtime.roofline import step_bytes_per_token  # noqa: E402
-from openjarvis.runtime.torch.decode_roofline import DecodeRoofline, device_bandwidth  # noqa: E402
+from openjarvis.runtime.roofline import Bandwidth, step_bytes_per_token  # noqa: E402
+from openjarvis.runtime.torch import decode_roofline  # noqa: E402
+from openjarvis.runtime.torch.decode_roofline import (  # noqa: E402
+    DecodeRoofline,
+    device_bandwidth,
+    measure_device_bandwidth,
+)
 from openjarvis.runtime.torch.model import config_for  # noqa: E402
 
 
@@ -38,3 +46,26 @@ def test_a_step_shares_its_weights_among_the_batch() -> None:
 
 def test_the_cpu_has_no_measured_bandwidth() -> None:
     assert device_bandwidth(torch.device("cpu")) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (-m gpu)")
+def test_a_gpu_is_measured_once_then_read_from_its_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls: list[torch.device] = []
+
+    def counted(device: "torch.device") -> Bandwidth:
+        calls.append(device)
+        return measure_device_bandwidth(device)
+
+    monkeypatch.setattr(decode_roofline, "measure_device_bandwidth", counted)
+    device = torch.device("cuda", 0)
+    first = device_bandwidth(device)
+    assert first is not None and len(calls) == 1
+    assert 100e9 < first.bytes_per_s < 20e12  # any GPU with HBM or GDDR, read + written
+    assert device_bandwidth(device) == first and len(calls) == 1
+    assert [path.name for path in (tmp_path / "openjarvis").iterdir()] == [
+        f"bandwidth-{socket.gethostname()}-cuda-{torch.cuda.get_device_properties(0).uuid}.json"
+    ]
