@@ -2,11 +2,13 @@
 
 import io
 
+import pytest
 from rich.console import Console
 
+from openjarvis.cli.output import stdout_console
 from openjarvis.cli.summary import print_summary
-from openjarvis.evals.metrics import TaskFigures, compute_figures
 from openjarvis.evals.runner import MeasureResult
+from openjarvis.metrics import TaskFigures, compute_figures
 
 __all__: list[str] = []
 
@@ -45,3 +47,15 @@ def test_no_hint_where_something_passed_or_the_model_is_tuned() -> None:
     assert "is a base model" not in _printed(_result(3, "base"))
     assert "is a base model" not in _printed(_result(0, "chat"))
     assert "is a base model" not in _printed(_result(0, None))
+
+
+def test_piped_the_summary_keeps_whole_lines(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Piped (no terminal, no COLUMNS), the console `ipw measure` prints to keeps each line
+    whole; a plain Console would cut them at 80 columns."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    print_summary(_result(0, "base"), stdout_console(), as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    hint = next(line for line in lines if line.startswith("0 of 20 passed"))
+    assert hint.endswith("(--model PATH.gguf; `jarvis models` lists those on this machine).")

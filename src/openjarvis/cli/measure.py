@@ -12,8 +12,8 @@ from types import FrameType
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from openjarvis.cli.output import stdout_console
 from openjarvis.cli.progress import measure_progress
 from openjarvis.cli.supervise import announce_run
 from openjarvis.errors import RunInterrupted, UserError
@@ -164,7 +164,7 @@ def measure_command(
                 allow_shared=allow_shared,
                 on_run=on_run,
             )
-        print_summary(result, Console(), json_output, _judge_run(result.run_id, db))
+        print_summary(result, stdout_console(), json_output, _judge_run(result.run_id, db))
         return
     lm_eval = HarnessOptions(
         num_fewshot=num_fewshot,
@@ -216,7 +216,7 @@ def measure_command(
             on_task=progress.on_task,
             on_run=on_run,
         )
-    print_summary(result, Console(), json_output, _judge_run(result.run_id, db))
+    print_summary(result, stdout_console(), json_output, _judge_run(result.run_id, db))
 
 
 def _judge_run(run_id: str, db: str | None) -> str | None:

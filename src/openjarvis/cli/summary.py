@@ -12,6 +12,7 @@ from openjarvis.cli.figure_text import (
     prompt_token_text,
     windows_text,
 )
+from openjarvis.cli.output import readable
 from openjarvis.evals.prompting import describe_prompting
 from openjarvis.evals.runner import MeasureResult
 from openjarvis.report.runs import coverage_missing, coverage_names, scope_label
@@ -87,7 +88,7 @@ def print_summary(
     coverage = result.energy_coverage
     scope = scope_label(result.energy_scope, coverage, detail=False)
     table.add_row("energy method · scope", f"{method} · {scope}")
-    console.print(table)
+    console.print(readable(table))
     if coverage_missing(coverage):
         console.print(
             f"[yellow]note:[/] scope {scope_label(result.energy_scope, coverage)}: "
