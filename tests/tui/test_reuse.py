@@ -33,9 +33,9 @@ def test_the_footer_shows_cached_tokens_and_the_joules_saved() -> None:
 def test_a_cold_turn_prices_the_tokens_later_turns_reuse(store: Store, tmp_path: Path) -> None:
     chat = Chat(store, tmp_path)
     chat.add("user", "first", "m")
-    assert chat.add_reply("m", _completion(800, 0), "ok", _energy(16.0)) == 0.0
+    assert chat.add_reply("m", _completion(800, 0), "ok", _energy(16.0), False) == 0.0
     chat.add("user", "second", "m")
-    saved = chat.add_reply("m", _completion(850, 800), "ok", _energy(1.5))
+    saved = chat.add_reply("m", _completion(850, 800), "ok", _energy(1.5), False)
     assert saved == 800 * 16.0 / 800
     assert chat.log.session_id is not None
     replies = [m for m in assistant_messages(store, chat.log.session_id) if m.role == "assistant"]

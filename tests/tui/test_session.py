@@ -289,3 +289,26 @@ def test_a_question_asked_while_the_model_fails_to_load_is_not_sent_later(
     run(scenario())
     stored = assistant_messages(store, app.chat.log.session_id or "")
     assert [(m.content, m.in_context) for m in stored] == [("hello", False)]
+
+
+def test_cost_of_a_remote_model_without_a_price_is_no_price_not_local(
+    make_app: Callable[..., AssistantApp],
+) -> None:
+    """A remote model whose price the table lacks is not free: /cost says `no price`."""
+    unpriced = ScriptedEngine(
+        ["cloud answer here"], name="unpriced-model", kind="openai", cloud_joules_per_token=0.5
+    )
+    app = make_app(unpriced)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await settle(pilot)
+            await ask(pilot, "question")
+            await settle(pilot)
+            await ask(pilot, "/cost")
+            await settle(pilot)
+            table = str(app.query(".notice").last().source)
+            row = next(line for line in table.splitlines() if "unpriced-model" in line)
+            assert row.rstrip().endswith("| no price |") and "local" not in row
+
+    run(scenario())

@@ -320,7 +320,7 @@ class AssistantApp(App[None]):
         if completion is None:
             error = event.outcome.error
             if energy is not None:
-                self.chat.add_unkept_reply(self.model.name, energy)
+                self.chat.add_unkept_reply(self.model.name, energy, self.model.is_cloud)
             await self._reply.finish(self._reply.text, f"{error} · not kept in the context")
             if error != "stopped":
                 await self.notice(f"The model could not reply: {error}", warning=True)
@@ -328,7 +328,9 @@ class AssistantApp(App[None]):
             return
         assert energy is not None, "a completed reply always has its energy"
         prose, call, content = split_reply(completion)
-        saved_j = self.chat.add_reply(self.model.name, completion, content, energy)
+        saved_j = self.chat.add_reply(
+            self.model.name, completion, content, energy, self.model.is_cloud
+        )
         await self._reply.finish(prose, reply_footer(completion, energy, saved_j))
         self.refresh_status()
         if call is None:

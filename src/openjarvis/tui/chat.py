@@ -57,11 +57,17 @@ class Chat:
         return message
 
     def add_reply(
-        self, model_name: str, completion: Completion, content: str, energy: ReplyEnergy
+        self,
+        model_name: str,
+        completion: Completion,
+        content: str,
+        energy: ReplyEnergy,
+        cloud: bool,
     ) -> float | None:
         """A finished reply: its counts make the context exact; its energy joins the totals.
         Returns the prefill joules its cached prompt tokens saved (None: unknown)."""
-        self.energy.add(model_name, energy, completion.completion_tokens, completion.cost_usd)
+        tokens = completion.completion_tokens
+        self.energy.add(model_name, energy, tokens, completion.cost_usd, cloud)
         message = self.conversation.add_reply(
             content, completion.prompt_tokens, completion.completion_tokens
         )
@@ -71,9 +77,9 @@ class Chat:
         self.log.record(message, model_name, energy, completion, saved_j)
         return saved_j
 
-    def add_unkept_reply(self, model_name: str, energy: ReplyEnergy) -> None:
+    def add_unkept_reply(self, model_name: str, energy: ReplyEnergy, cloud: bool) -> None:
         """A stopped or failed reply: not in the context, but its joules were spent."""
-        self.energy.add(model_name, energy, 0, None)
+        self.energy.add(model_name, energy, 0, None, cloud)
 
     def drop_to_fit(self, context_tokens: int) -> tuple[list[Message], bool]:
         """Take the oldest turns out of the context until the request fits; says whether it

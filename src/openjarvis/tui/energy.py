@@ -90,7 +90,10 @@ class ModelTotals:
     energy_j: float = 0.0  # over the replies whose energy is known
     unknown_replies: int = 0  # replies whose energy could not be obtained
     estimated: bool = False  # some of the energy is an estimate
-    cost_usd: float | None = None  # None for local models (nobody charges for them)
+    cost_usd: float | None = None  # what the API charged; None: local, or no price known
+    # A model behind a paid API (True), on this machine (False), or not known (None: replies
+    # read back from a stored session without a price).
+    cloud: bool | None = None
 
 
 class SessionEnergy:
@@ -100,9 +103,15 @@ class SessionEnergy:
         self.by_model: dict[str, ModelTotals] = {}
 
     def add(
-        self, model: str, energy: ReplyEnergy, completion_tokens: int, cost_usd: float | None
+        self,
+        model: str,
+        energy: ReplyEnergy,
+        completion_tokens: int,
+        cost_usd: float | None,
+        cloud: bool | None,
     ) -> None:
         totals = self.by_model.setdefault(model, ModelTotals())
+        totals.cloud = cloud if cloud is not None else totals.cloud
         totals.replies += 1
         totals.completion_tokens += completion_tokens
         if energy.energy_j is None:
@@ -142,7 +151,7 @@ class SessionEnergy:
             energy = format_joules(totals.energy_j, method)
             if totals.unknown_replies:
                 energy += f" (+{totals.unknown_replies} unknown)"
-            cost = "local" if totals.cost_usd is None else f"${totals.cost_usd:.4f}"
+            cost = _cost_text(totals)
             rows.append(
                 f"| {model} | {totals.replies} | {totals.completion_tokens:,} | {energy} "
                 f"| {per_token} | {cost} |"
@@ -150,6 +159,16 @@ class SessionEnergy:
         total = format_joules(self.energy_j, "estimate" if self.estimated else None)
         rows.append(f"\nSession total: **{total}** (gross, idle power not subtracted).")
         return "\n".join(rows)
+
+
+def _cost_text(totals: ModelTotals) -> str:
+    """What the replies cost: dollars where the API priced them, `local` on this machine, and
+    `no price` for a remote model whose price is not in data/cloud_prices.csv (not free)."""
+    if totals.cost_usd is not None:
+        return f"${totals.cost_usd:.4f}"
+    if totals.cloud is None:
+        return "—"
+    return "no price" if totals.cloud else "local"
 
 
 class LiveWatts:

@@ -99,5 +99,7 @@ class SessionLog:
                     stored.energy_j, stored.energy_method, stored.energy_null_reason
                 )
                 tokens = stored.completion_tokens or 0
-                energy.add(stored.model_name, reply_energy, tokens, stored.cost_usd)
+                # A stored reply says whether it ran here only when it was priced (cloud).
+                cloud = True if stored.cost_usd is not None else None
+                energy.add(stored.model_name, reply_energy, tokens, stored.cost_usd, cloud)
         conversation.forget_counts()
