@@ -1,13 +1,13 @@
 """Synthetic runs written through the real Store API, for the report, CLI and merge tests.
 
-Figures are computed by evals.metrics from the synthetic tasks, as `ipw measure` would store them.
+Figures are computed by metrics from the synthetic tasks, as `ipw measure` would store them.
 """
 
 import hashlib
 import random
 from datetime import datetime
 
-from openjarvis.evals.metrics import compute_figures, phase_energy, task_figures, window_flags
+from openjarvis.metrics import compute_figures, phase_energy, task_figures, window_flags
 from openjarvis.store import (
     EnergyRecord,
     HostRecord,

@@ -51,7 +51,7 @@ class RunRecord:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     idle_power_w: dict[str, float | None] = field(default_factory=dict)  # per source
-    summary: dict[str, object] | None = None  # the figures of evals.metrics, as JSON
+    summary: dict[str, object] | None = None  # the figures of metrics, as JSON
     id: str | None = None
     host: HostRecord | None = None
     model_quantisation: str | None = None  # "Q4_K_M"; None when unknown or not quantised

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from openjarvis.cli.figure_text import interval_text
-from openjarvis.evals.metrics import Estimate
 from openjarvis.evals.suites import reference_solutions
+from openjarvis.metrics import Estimate
 
 
 def _ipw(*args: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from openjarvis.evals.metrics import TaskFigures, compare_figures
+from openjarvis.metrics import TaskFigures, compare_figures
 
 __all__: list[str] = []
 

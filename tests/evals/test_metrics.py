@@ -3,8 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from openjarvis.evals.intervals import small_n_caution, wilson
-from openjarvis.evals.metrics import TaskFigures, UnionEnergy, compute_figures, window_flags
+from openjarvis.intervals import small_n_caution, wilson
+from openjarvis.metrics import TaskFigures, UnionEnergy, compute_figures, window_flags
 from openjarvis.records import TaskResultRecord
 
 

@@ -8,9 +8,10 @@ import time
 import pytest
 
 from openjarvis.evals.sandbox import Sandbox
-from openjarvis.evals.scoring import build_program, pass_at_k, score_completions
+from openjarvis.evals.scoring import build_program, score_completions
 from openjarvis.evals.suites import load_suite, reference_solutions
 from openjarvis.evals.types import Task
+from openjarvis.metrics import pass_at_k
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from openjarvis.evals.intervals import small_n_caution
-from openjarvis.evals.intervals import wilson as wilson_interval
-from openjarvis.evals.metrics import compute_figures, task_figures
+from openjarvis.intervals import small_n_caution
+from openjarvis.intervals import wilson as wilson_interval
+from openjarvis.metrics import compute_figures, task_figures
 from openjarvis.report.analysis import panels
 from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
 from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict

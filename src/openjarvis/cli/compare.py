@@ -1,7 +1,7 @@
 """`ipw compare`: runs side by side, with each run's ratio to the first and its 95 % interval,
 then coverage and routing over the tasks they share (report/routing.py).
 
-Ratios come from evals.metrics.compare_figures; energy scopes must match, and be whole or partial
+Ratios come from metrics.compare_figures; energy scopes must match, and be whole or partial
 alike, unless the user says so.
 """
 
@@ -16,7 +16,7 @@ from openjarvis.cli.figure_text import interval_text
 from openjarvis.cli.options import DatabaseOption, JsonOption
 from openjarvis.cli.output import readable, stdout_console
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import (
+from openjarvis.metrics import (
     COMPARED_FIGURES,
     Comparison,
     RunFigures,

@@ -4,7 +4,7 @@ windows' checks, worded alike by `ipw show`, `ipw compare`, `ipw evals` and meas
 
 from collections.abc import Mapping
 
-from openjarvis.evals.metrics import NONE_PASSED, Estimate
+from openjarvis.metrics import NONE_PASSED, Estimate
 from openjarvis.report.runs import format_interval, format_value
 
 __all__ = [

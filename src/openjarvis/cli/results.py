@@ -1,6 +1,6 @@
 """`ipw runs` and `ipw show`: list stored runs and show one, for people or as JSON.
 
-Figures come from evals.metrics; row shapes and number formatting from report.runs.
+Figures come from metrics; row shapes and number formatting from report.runs.
 """
 
 import dataclasses
@@ -21,8 +21,8 @@ from openjarvis.cli.options import SINCE_HELP, DatabaseOption, JsonOption, parse
 from openjarvis.cli.output import readable, stdout_console
 from openjarvis.errors import UserError
 from openjarvis.evals.judge import judge_run_id
-from openjarvis.evals.metrics import RunFigures, phase_energy, run_figures, window_flags
 from openjarvis.evals.prompting import describe_prompting
+from openjarvis.metrics import RunFigures, phase_energy, run_figures, window_flags
 from openjarvis.report.runs import (
     FIGURE_COLUMNS,
     busy_evidence,

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import Estimate, TaskFigures, compute_figures
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.suites import load_suite
 from openjarvis.evals.types import ExecutionStatus, Task
+from openjarvis.metrics import Estimate, TaskFigures, compute_figures
 
 __all__ = ["ScoreReport", "read_completions", "score_file"]
 

@@ -208,7 +208,7 @@ class Judge:
 
     def finish(self, state: str) -> None:
         """Save the verdicts still settling and close the judge's run with its figures."""
-        from openjarvis.evals.metrics import compute_figures, task_figures
+        from openjarvis.metrics import compute_figures, task_figures
 
         if self._pending:
             self._meter.settle()

@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 
 from openjarvis.errors import UserError
-from openjarvis.evals.metrics import RunFigures, run_figures, sum_or_none
+from openjarvis.metrics import RunFigures, run_figures, sum_or_none
 from openjarvis.power import Meter, quiet
 from openjarvis.power.claims import Claim
 from openjarvis.power.sources import EnergySource
@@ -119,7 +119,7 @@ def concurrency_figures(
         "union_energy_j": gross_j,
         "union_net_energy_j": net_j,
         # The time inside at least one window: the union's energy over it is the machine's
-        # mean power while it worked (evals.metrics.UnionEnergy).
+        # mean power while it worked (metrics.UnionEnergy).
         "union_seconds": total.windows_s if measured else None,
         "joules_per_task": None if gross_j is None else gross_j / len(saved),
         "net_joules_per_task": None if net_j is None else net_j / len(saved),
@@ -323,7 +323,7 @@ def complete_summary(
     meter: Meter,
 ) -> tuple[RunFigures, str | None]:
     """The finished run's summary completed with the machine check (`machine`) and with its
-    figures as `ipw show` computes them (evals.metrics.run_figures: mean power and accuracy per
+    figures as `ipw show` computes them (metrics.run_figures: mean power and accuracy per
     watt over the union of the windows the summary's `concurrency` holds); returns the figures
     and the run's note, with a busy machine said. A run that did not finish is left as it is."""
     activities = [watch.activity for watch in watches if watch is not None]

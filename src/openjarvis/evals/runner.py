@@ -17,7 +17,12 @@ from openjarvis.errors import RunInterrupted, UserError
 from openjarvis.evals import run_energy
 from openjarvis.evals.config import PreparedRun, RunConfig, prepare
 from openjarvis.evals.judge import judging
-from openjarvis.evals.metrics import (
+from openjarvis.evals.prompting import Prompting, answer_task, run_prompting, task_request
+from openjarvis.evals.sandbox import Sandbox
+from openjarvis.evals.scoring import score_completions
+from openjarvis.evals.types import Task
+from openjarvis.hostinfo import describe_host
+from openjarvis.metrics import (
     RunFigures,
     compute_figures,
     phase_energy,
@@ -25,11 +30,6 @@ from openjarvis.evals.metrics import (
     task_figures,
     window_flags,
 )
-from openjarvis.evals.prompting import Prompting, answer_task, run_prompting, task_request
-from openjarvis.evals.sandbox import Sandbox
-from openjarvis.evals.scoring import score_completions
-from openjarvis.evals.types import Task
-from openjarvis.hostinfo import describe_host
 from openjarvis.power import Meter, WindowHandle
 from openjarvis.power.edges import mean_batch
 from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy

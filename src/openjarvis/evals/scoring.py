@@ -20,7 +20,6 @@ __all__ = [
     "check_answer",
     "extract_choice",
     "parse_number",
-    "pass_at_k",
     "score_completions",
 ]
 
@@ -140,18 +139,3 @@ def _normalize(text: str, task: Task) -> str:
     if "lower" in task.normalize:
         text = text.casefold()
     return text
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c passed: 1 - C(n-c, k) / C(n, k).
-
-    Computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never forms the huge binomials.
-    """
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
-    if n - c < k:
-        return 1.0  # every choice of k samples contains a passing one
-    failure = 1.0
-    for i in range(n - c + 1, n + 1):
-        failure *= 1.0 - k / i
-    return 1.0 - failure

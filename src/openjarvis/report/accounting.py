@@ -5,7 +5,7 @@ the tail's share, window flags, conservation and idle drift, as report tables an
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from openjarvis.evals.metrics import phase_energy, window_flags
+from openjarvis.metrics import phase_energy, window_flags
 from openjarvis.report.runs import coverage_missing, coverage_names, format_value, mark_estimate
 from openjarvis.store import RunRecord, TaskResultRecord
 
@@ -47,7 +47,7 @@ ACCOUNTING_NOTE = (
 
 @dataclass(frozen=True, slots=True)
 class WindowFlags:
-    """How many of a run's tasks had each flag of evals.metrics.window_flags."""
+    """How many of a run's tasks had each flag of metrics.window_flags."""
 
     tasks: int
     low_resolution: int  # windows shorter than ten counter refreshes

@@ -6,7 +6,7 @@ comparable sections, the configurations, where the joules go, and coverage and r
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from openjarvis.evals.intervals import small_n_caution
+from openjarvis.intervals import small_n_caution
 from openjarvis.report.configuration import (
     CONFIGURATION_HEADINGS,
     configuration_cells,

@@ -9,8 +9,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from openjarvis.evals.intervals import small_n_caution, wilson
-from openjarvis.evals.metrics import (
+from openjarvis.intervals import small_n_caution, wilson
+from openjarvis.metrics import (
     Estimate,
     compare_figures,
     run_figures,
@@ -75,7 +75,7 @@ def _stored(summary: Mapping[str, object], name: str) -> Estimate | None:
 
 
 def shared_figures(run: RunRecord, tasks: Sequence[TaskResultRecord]) -> SharedFigures:
-    """evals.metrics' figures over `tasks`: those `ipw measure` stored when `tasks` are all the
+    """metrics' figures over `tasks`: those `ipw measure` stored when `tasks` are all the
     run's tasks (the same tasks and bootstrap seed give the same numbers, and recomputing them
     for every run was most of a large report's time), else computed on `tasks`."""
     stored = [_stored(run.summary or {}, name) for name in SHARED_FIGURES]

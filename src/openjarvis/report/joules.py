@@ -6,7 +6,7 @@ split, so that "this GPU is mostly idle at batch 1" shows at a glance (docs/repo
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from openjarvis.evals.metrics import union_energy
+from openjarvis.metrics import union_energy
 from openjarvis.report.accounting import Accounting
 from openjarvis.report.runs import coverage_names, figure, is_cloud, is_estimate, mean_if_known
 from openjarvis.store import RunRecord, TaskResultRecord

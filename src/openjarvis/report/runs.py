@@ -1,6 +1,6 @@
 """Stored runs as plain rows and labels: the one place reports read a run's figures and provenance.
 
-A run's figures are the RunFigures dict `ipw measure` stored in `run.summary` (evals/metrics.py).
+A run's figures are the RunFigures dict `ipw measure` stored in `run.summary` (metrics.py).
 """
 
 import dataclasses

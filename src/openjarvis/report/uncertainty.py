@@ -1,12 +1,12 @@
 """How sure a report's figures are: the stated error band of estimated energy, and the runs
 table's text of a stored figure (docs/report.md, "Uncertainty"). Intervals themselves come from
-evals/intervals.py, as in every command.
+intervals.py, as in every command.
 """
 
 from dataclasses import dataclass
 
-from openjarvis.evals.intervals import wilson
-from openjarvis.evals.metrics import ACCURACY_RATIOS
+from openjarvis.intervals import wilson
+from openjarvis.metrics import ACCURACY_RATIOS
 from openjarvis.report.runs import figure, format_interval, is_cloud, mark_estimate, scaled
 from openjarvis.store import RunRecord
 

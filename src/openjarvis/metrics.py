@@ -1,6 +1,7 @@
-"""The one place a run's figures are computed, for the CLI, the store and reports.
+"""The one place a run's figures are computed, for the CLI, the store and reports: a leaf that
+reads records only, so that the evals, the report and the commands share it.
 
-Intervals come from evals/intervals.py: Wilson for pass rates, a seeded percentile bootstrap
+Intervals come from intervals.py: Wilson for pass rates, a seeded percentile bootstrap
 over tasks for means and ratios. Power is the machine's over the union of the run's windows.
 """
 
@@ -9,8 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from openjarvis.evals.intervals import Estimate, bootstrap, proportion
-from openjarvis.evals.scoring import pass_at_k
+from openjarvis.intervals import Estimate, bootstrap, proportion
 from openjarvis.records import RunRecord, TaskResultRecord
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "UnionEnergy",
     "compare_figures",
     "compute_figures",
+    "pass_at_k",
     "phase_energy",
     "run_figures",
     "sum_or_none",
@@ -482,3 +483,18 @@ def phase_energy(records: Sequence[TaskResultRecord]) -> dict[str, float | None]
             decode_j / output_tokens if decode_j is not None and output_tokens else None
         ),
     }
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c passed: 1 - C(n-c, k) / C(n, k).
+
+    Computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never forms the huge binomials.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0  # every choice of k samples contains a passing one
+    failure = 1.0
+    for i in range(n - c + 1, n + 1):
+        failure *= 1.0 - k / i
+    return 1.0 - failure
