@@ -19,9 +19,11 @@ from tests.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
 
-MEASURE = ["measure", "--limit", "3", "--idle-seconds", "1", "--json"]
+# --allow-shared: another measurement on this machine (a test elsewhere holding estimate:cpu)
+# must not refuse these runs; what they check does not depend on the claim.
+MEASURE = ["measure", "--limit", "3", "--idle-seconds", "1", "--json", "--allow-shared"]
 # Long enough that the run is still going whatever the test does before it stops it.
-MEASURE_LONG = ["measure", "--limit", "20", "--idle-seconds", "1", "--json"]
+MEASURE_LONG = ["measure", "--limit", "20", "--idle-seconds", "1", "--json", "--allow-shared"]
 
 
 def _start(db: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
@@ -84,7 +86,7 @@ def test_sigkilled_run_resumes_to_the_figures_of_an_uninterrupted_run(
     assert shown.returncode == 0, err
     assert "interrupted (process ended)" in out
 
-    resumed = _start(killed_db, env, "measure", "--resume", run_id, "--json")
+    resumed = _start(killed_db, env, "measure", "--resume", run_id, "--json", "--allow-shared")
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err
     resumed_summary = json.loads(out)
@@ -130,10 +132,10 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_finished_tasks(
         saved,
     )
     assert stopped["resume"] == f"ipw measure --resume {run_id} --db {db}"
-    again = _start(db, env, "measure", "--resume", run_id, "--json")
+    again = _start(db, env, "measure", "--resume", run_id, "--json", "--allow-shared")
     again.communicate(timeout=600)
     assert again.returncode == 0
-    done = _start(db, env, "measure", "--resume", run_id)
+    done = _start(db, env, "measure", "--resume", run_id, "--allow-shared")
     _, err = done.communicate(timeout=120)
     assert done.returncode == 2
     assert "already complete" in err
@@ -148,7 +150,7 @@ def test_a_live_run_cannot_be_resumed_and_sigterm_interrupts_it(
 
     with open_store(str(db)) as store:
         worker = store.get_run(run_id).process_pid  # the child that runs the engine
-    second = _start(db, env, "measure", "--resume", run_id)
+    second = _start(db, env, "measure", "--resume", run_id, "--allow-shared")
     _, err = second.communicate(timeout=120)
     assert second.returncode == 2
     assert err == (
@@ -196,7 +198,7 @@ def test_a_native_fault_mid_run_is_reported_and_the_run_resumes(
     assert "Fatal Python error" not in err and "Traceback" not in err
     report = Path(line.removeprefix(expected))
     assert "Fatal Python error: Segmentation fault" in report.read_text()
-    resumed = _start(db, env, "measure", "--resume", run_id, "--json")
+    resumed = _start(db, env, "measure", "--resume", run_id, "--json", "--allow-shared")
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err
     assert json.loads(out)["resumed_tasks"] >= 1

@@ -267,6 +267,7 @@ def test_a_judged_suite_runs_with_the_judges_energy_and_cost_apart(
             ("--judge", "llamacpp", "--concurrency", "2"),
             "a local judge (llamacpp) keeps its joules apart only between the judged model's",
         ),
+        (("--judge", "llamacpp:/nonexistent/judge.gguf"), "model file not found"),
     ],
 )
 def test_the_cli_refuses_a_judged_suite_without_a_good_judge_in_one_line(

@@ -183,23 +183,26 @@ class PreparedRun:
     config: RunConfig
     suite: LoadedSuite
     model: ModelFile | None
+    judge_model: ModelFile | None = None  # a local judge's model file (None: cloud, no judge)
 
 
 def prepare(config: RunConfig) -> PreparedRun:
     """Check a run's configuration, all of it, before anything is opened or written: the
     options, the engine's fixed capabilities, the suite's tasks against the engine and the
-    judge, and the model file. Any refusal is one UserError."""
+    judge, and the model files (the judge's too). Any refusal is one UserError."""
     config.validate()
     config = _absolute_paths(config)
     suite = load_suite_config(config.suite, config.judge)
     check_harness_tasks(suite.tasks, config.engine)
     check_judge(config.judge, suite.name, suite.tasks)
     model = resolve_engine_model(config.engine_spec())
+    judge = config.judge
+    judge_model = None if judge is None else resolve_engine_model(judge.engine_spec())
     # Paths as provenance, absolute, so that --resume from another folder finds them.
     config = replace(config, suite=replace(config.suite, name=suite.location))
     if model is not None and config.model is not None and Path(config.model).expanduser().exists():
         config = replace(config, model=str(model.path))
-    return PreparedRun(config, suite, model)
+    return PreparedRun(config, suite, model, judge_model)
 
 
 def _absolute_paths(config: RunConfig) -> RunConfig:

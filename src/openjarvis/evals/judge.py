@@ -23,9 +23,9 @@ from openjarvis.runtime.engines import (
     LOCAL_ENGINE_KINDS,
     EngineSpec,
     open_engine,
-    resolve_engine_model,
 )
 from openjarvis.runtime.model_kind import read_model_kind
+from openjarvis.runtime.models import ModelFile
 from openjarvis.runtime.types import (
     ChatMessage,
     ChatRequest,
@@ -47,9 +47,11 @@ __all__ = [
     "JUDGE_SUITE_PREFIX",
     "Judge",
     "JudgeSpec",
+    "OpenJudge",
     "check_judge",
     "judge_run_id",
     "judging",
+    "opened_judge",
     "parse_verdict",
 ]
 
@@ -291,67 +293,86 @@ class _Judged:
         return self.judge.verdict(self.task, completion)
 
 
+@dataclass(frozen=True, slots=True)
+class OpenJudge:
+    """A judge's engine, opened beside the judged model's before anything is written."""
+
+    spec: JudgeSpec
+    model: ModelFile | None  # None: a cloud judge
+    engine: Engine
+
+
+@contextmanager
+def opened_judge(spec: JudgeSpec | None, model: ModelFile | None) -> Iterator[OpenJudge | None]:
+    """The judge's engine for the block (None: the run has no judge); `model` is what the
+    run's preparation resolved (evals/config.py)."""
+    if spec is None:
+        yield None
+        return
+    engine = open_engine(spec.engine_spec(), model)
+    try:
+        yield OpenJudge(spec, model, engine)
+    finally:
+        engine.close()
+
+
 @contextmanager
 def judging(
-    spec: JudgeSpec | None, tasks: list[Task], meter: Meter, store: Store, run: RunRecord
+    judge: OpenJudge | None, tasks: list[Task], meter: Meter, store: Store, run: RunRecord
 ) -> Iterator[list[Task]]:
     """The run's tasks with a judge bound to its open_ended ones (`run` is the judged run,
     already stored, its configuration checked: evals/config.py); the judge's run is created
     here, resumed with the judged run, and closed when the block ends."""
-    if spec is None:
+    if judge is None:
         yield tasks
         return
     from openjarvis.records import RunRecord
 
-    model = resolve_engine_model(spec.engine_spec())
-    engine = open_engine(spec.engine_spec(), model)
-    try:
-        kind = read_model_kind(model.path) if model is not None else None
-        chat = model is None or (kind is not None and kind.kind == "chat")
-        judge_suite = f"{JUDGE_SUITE_PREFIX}{run.id}"
-        existing = judge_run_id(store, run.id or "")
-        if existing is not None:
-            run_id = existing
-            store.resume_run(run_id)
-        else:
-            run_id = store.create_run(
-                RunRecord(
-                    model_name=model.name if model is not None else engine.model_name,
-                    model_path=str(model.path) if model is not None else None,
-                    model_sha256=model.sha256 if model is not None else None,
-                    engine=engine.kind,
-                    engine_settings=engine.settings_dict(),
-                    suite=judge_suite,
-                    options={
-                        "judges_run": run.id,
-                        "judges_suite": run.suite,
-                        "judge": spec.text(),
-                        "judge_prompt": JUDGE_PROMPT,
-                        "judge_prompt_version": JUDGE_PROMPT_VERSION,
-                        "prompting": "chat-template" if chat else "completion",
-                    },
-                    energy_scope=run.energy_scope,
-                    energy_method=meter.method if engine.kind in LOCAL_ENGINE_KINDS else "estimate",
-                    sandbox_isolation="none: verdicts are text",
-                    tool_version=__version__,
-                    model_kind=kind.kind if kind is not None else None,
-                    idle_power_w=dict(run.idle_power_w),
-                    host=run.host,
-                    energy_coverage=dict(run.energy_coverage),
-                )
+    spec, model, engine = judge.spec, judge.model, judge.engine
+    kind = read_model_kind(model.path) if model is not None else None
+    chat = model is None or (kind is not None and kind.kind == "chat")
+    judge_suite = f"{JUDGE_SUITE_PREFIX}{run.id}"
+    existing = judge_run_id(store, run.id or "")
+    if existing is not None:
+        run_id = existing
+        store.resume_run(run_id)
+    else:
+        run_id = store.create_run(
+            RunRecord(
+                model_name=model.name if model is not None else engine.model_name,
+                model_path=str(model.path) if model is not None else None,
+                model_sha256=model.sha256 if model is not None else None,
+                engine=engine.kind,
+                engine_settings=engine.settings_dict(),
+                suite=judge_suite,
+                options={
+                    "judges_run": run.id,
+                    "judges_suite": run.suite,
+                    "judge": spec.text(),
+                    "judge_prompt": JUDGE_PROMPT,
+                    "judge_prompt_version": JUDGE_PROMPT_VERSION,
+                    "prompting": "chat-template" if chat else "completion",
+                },
+                energy_scope=run.energy_scope,
+                energy_method=meter.method if engine.kind in LOCAL_ENGINE_KINDS else "estimate",
+                sandbox_isolation="none: verdicts are text",
+                tool_version=__version__,
+                model_kind=kind.kind if kind is not None else None,
+                idle_power_w=dict(run.idle_power_w),
+                host=run.host,
+                energy_coverage=dict(run.energy_coverage),
             )
-        judge = Judge(engine, meter, store, run_id, chat)
-        state = "failed"
-        try:
-            yield judge.bind(tasks)
-            state = "complete"
-        except KeyboardInterrupt:
-            state = "interrupted"
-            raise
-        finally:
-            judge.finish(state)
+        )
+    verdicts = Judge(engine, meter, store, run_id, chat)
+    state = "failed"
+    try:
+        yield verdicts.bind(tasks)
+        state = "complete"
+    except KeyboardInterrupt:
+        state = "interrupted"
+        raise
     finally:
-        engine.close()
+        verdicts.finish(state)
 
 
 def check_judge(spec: JudgeSpec | None, suite: str, tasks: Sequence[Task]) -> None:

@@ -16,7 +16,7 @@ from openjarvis import __version__
 from openjarvis.errors import RunInterrupted, UserError
 from openjarvis.evals import run_energy
 from openjarvis.evals.config import PreparedRun, RunConfig, prepare
-from openjarvis.evals.judge import judging
+from openjarvis.evals.judge import judging, opened_judge
 from openjarvis.evals.prompting import Prompting, answer_task, run_prompting, task_request
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
@@ -95,9 +95,14 @@ def run_measure(
     engine = open_engine(spec.engine_spec(), model)
     try:
         sandbox = Sandbox.detect()
-        # The database opens once the meter has taken the scope and claimed its sources: a run
-        # refused there (an empty scope, a source another measurement holds) leaves no file.
-        with _metering(spec, engine) as (meter, shared_with), open_store(db_url) as store:
+        # The judge's engine opens with the judged model's, and the database once the meter has
+        # taken the scope and claimed its sources: a run refused on the way (a judge that cannot
+        # start, an empty scope, a source another measurement holds) leaves no file and no row.
+        with (
+            opened_judge(spec.judge, prepared.judge_model) as judge,
+            _metering(spec, engine) as (meter, shared_with),
+            open_store(db_url) as store,
+        ):
             # What else the machine does while idle is measured, and during the tasks.
             with run_energy.watching_machine("idle", meter) as idle_watch:
                 idle = meter.measure_idle(spec.idle_seconds) if spec.idle_seconds > 0 else None
@@ -133,7 +138,7 @@ def run_measure(
             run.id = run_id
             on_run(run_id)
             with (
-                judging(spec.judge, tasks, meter, store, run) as judged_tasks,
+                judging(judge, tasks, meter, store, run) as judged_tasks,
                 run_energy.watching_machine("tasks", meter) as tasks_watch,
             ):
                 result = _execute(
@@ -194,7 +199,10 @@ def resume_measure(
         engine = open_engine(spec.engine_spec(), prepared.model)
         try:
             sandbox = Sandbox.detect()
-            with _metering(spec, engine) as (meter, shared_with):
+            with (
+                opened_judge(spec.judge, prepared.judge_model) as judge,
+                _metering(spec, engine) as (meter, shared_with),
+            ):
                 run_energy.check_same_gpus(run, meter.coverage.to_dict())
                 if shared_with:  # this part shared the machine: said in its summary
                     run.options["shared_machine"] = sorted(shared_with)
@@ -203,7 +211,7 @@ def resume_measure(
                 store.resume_run(run.id or run_id)
                 on_run(run.id or run_id)
                 with (
-                    judging(spec.judge, tasks, meter, store, run) as judged_tasks,
+                    judging(judge, tasks, meter, store, run) as judged_tasks,
                     run_energy.watching_machine("tasks", meter) as tasks_watch,
                 ):
                     result = _execute(
