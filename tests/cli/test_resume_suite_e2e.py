@@ -1,14 +1,17 @@
 """--resume reads the run's stored configuration back, and refuses a suite that changed since
 the run started: one line, exit 2, the run as it was. The real embedded model answers."""
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from openjarvis.cli import supervise
+from openjarvis.cli.ipw import app
 from openjarvis.errors import RunInterrupted
 from openjarvis.evals.config import RunConfig, prepare
 from openjarvis.evals.runner import ProgressCallback, run_measure
@@ -52,6 +55,11 @@ def test_resume_after_the_suite_file_changed_is_refused_and_otherwise_continues(
     assert run.suite == "good.jsonl" and run.suite_sha256 is not None
     assert run.config is not None
     assert run.config["suite"] == {"name": str(suite_path), "limit": None, "lm_eval": None}
+    shown = CliRunner().invoke(app, ["show", run_id, "--db", db], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.output
+    assert f"good.jsonl (sha256 {run.suite_sha256})" in shown.output  # ipw show: the identity
+    as_json = CliRunner().invoke(app, ["show", run_id, "--db", db, "--json"])
+    assert json.loads(as_json.output)["run"]["config"] == run.config  # and the configuration
 
     saved = stopped.value.tasks_saved
     assert 1 <= saved < 4

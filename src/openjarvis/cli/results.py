@@ -163,7 +163,9 @@ def _metadata_table(run: RunRecord) -> Table:
         ("model kind", _model_kind_text(run)),
         ("prompting", describe_prompting(run.options.get("prompting"))),
         ("engine", f"{run.engine} {json.dumps(run.engine_settings, sort_keys=True)}"),
-        ("suite", f"{run.suite} {json.dumps(run.options, sort_keys=True)}"),
+        ("suite", f"{run.suite} (sha256 {run.suite_sha256 or '— (stored before it was kept)'})"),
+        ("configuration", json.dumps(run.config, sort_keys=True) if run.config else "—"),
+        ("options", json.dumps(run.options, sort_keys=True)),
         ("concurrency", f"{run.concurrency} task(s) in flight at once"),
         (
             "energy",
