@@ -40,7 +40,7 @@ _KV_BYTES_PER_VALUE = 2  # llama.cpp's default KV cache type is f16
 @dataclass(frozen=True, slots=True)
 class Bandwidth:
     bytes_per_s: float
-    threads: int
+    threads: int | None  # host threads that drew the most; None for a copy on a device
     method: str  # how it was measured, for reports
     measured_at: str  # ISO date-time, UTC
 
