@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("torch")
 
 from openjarvis.runtime.torch.paged import BlockPool, chain_key
+from openjarvis.runtime.types import Completion
 
 SIZE = 4
 
@@ -97,3 +98,71 @@ def test_a_pool_without_reuse_finds_nothing() -> None:
     assert pool.cached([key]) == []
     pool.give_back([block])
     assert pool.free == 3
+
+
+# ---- through the engine ----------------------------------------------------------------------
+
+PREFIX = [(7 * i + 3) % 240 for i in range(40)]  # two full blocks of 16 and 8 more tokens
+
+
+def _tiny(reuse: bool):
+    from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+
+    settings = TorchSettings(
+        device="cpu", max_seq_len=128, seed=11, max_batch=4, reuse_prompt_cache=reuse
+    )
+    return TorchEngine("tiny-tp", settings)
+
+
+def _greedy(engine, prompt: list[int]) -> list[int]:
+    return [token for token, _ in engine.generate_tokens(prompt, 12)]
+
+
+def test_greedy_tokens_are_the_same_with_a_cached_prefix() -> None:
+    cold, warm = _tiny(reuse=False), _tiny(reuse=True)
+    try:
+        later = [*PREFIX, 11, 12, 13, 14, 15]
+        assert _greedy(warm, PREFIX) == _greedy(cold, PREFIX)
+        pool = warm._scheduler.pool
+        # The first prompt's full blocks (and those its reply filled) are published ...
+        assert len(pool.cached(pool.prefix_keys(later[:-1]))) == 2
+        assert not cold._scheduler.pool.cached(pool.prefix_keys(later[:-1]))
+        # ... and the second prompt, computed from block 2 on, picks the same tokens.
+        assert _greedy(warm, later) == _greedy(cold, later)
+        # Several at once, sharing the prefix, each as it would alone.
+        together = [[*PREFIX, i] for i in range(3)]
+        streams = [warm.generate_tokens(prompt, 12) for prompt in together]
+        assert [[t for t, _ in s] for s in streams] == [_greedy(cold, p) for p in together]
+        assert pool.free == pool.blocks - 1  # every reference given back
+    finally:
+        cold.close()
+        warm.close()
+
+
+def test_a_chat_turn_on_the_embedded_gguf_reuses_the_last_and_says_how_much() -> None:
+    pytest.importorskip("gguf")
+    from openjarvis.runtime.models import resolve_model
+    from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+    from openjarvis.runtime.types import ChatMessage, ChatRequest
+
+    path = resolve_model(None).path
+    system = ChatMessage("system", "You answer questions about Python. " * 12)
+    first = (system, ChatMessage("user", "What is a list?"))
+
+    def turns(reuse: bool) -> tuple[Completion, Completion]:
+        settings = TorchSettings(device="cpu", max_seq_len=512, reuse_prompt_cache=reuse)
+        engine = TorchEngine(path, settings)
+        try:
+            one = engine.generate(ChatRequest(first, max_tokens=8))
+            history = (*first, ChatMessage("assistant", one.text), ChatMessage("user", "Why?"))
+            return one, engine.generate(ChatRequest(history, max_tokens=8))
+        finally:
+            engine.close()
+
+    (cold_one, cold_two), (warm_one, warm_two) = turns(False), turns(True)
+    assert (cold_one.cached_tokens, cold_two.cached_tokens, warm_one.cached_tokens) == (0, 0, 0)
+    # The second turn shares the first's prompt: all its full blocks before the reply.
+    assert warm_two.cached_tokens is not None
+    assert warm_two.cached_tokens >= warm_one.prompt_tokens // 16 * 16 - 16
+    assert warm_two.cached_tokens % 16 == 0 and warm_two.cached_tokens < warm_two.prompt_tokens
+    assert (warm_one.text, warm_two.text) == (cold_one.text, cold_two.text)

@@ -231,12 +231,11 @@ class TorchEngine:
             max_tokens=max_tokens,
             start_s=start_s,
             clock=time.monotonic,
-            finish=lambda outcome: self._completion(outcome, len(prompt), tuple(sequence.work)),
+            finish=lambda outcome: self._completion(outcome, len(prompt), sequence),
         )
 
-    def _completion(
-        self, outcome: Outcome, prompt_tokens: int, work: tuple[WorkPiece, ...]
-    ) -> Completion:
+    def _completion(self, outcome: Outcome, prompt_tokens: int, sequence: Sequence) -> Completion:
+        work = tuple(sequence.work)
         times = outcome.token_times_s
         # The decode steps: those after the first token (the prompt's steps come before).
         decoding = [piece for piece in work if times and piece.start_s >= times[0]]
@@ -249,6 +248,7 @@ class TorchEngine:
             bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
             work=work,
             batch=batch,
+            cached_tokens=sequence.reused,
         )
 
     def weight_bytes(self) -> float:

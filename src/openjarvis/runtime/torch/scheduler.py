@@ -3,7 +3,9 @@ while blocks last, chunked prefill under a token budget, then decode of every ru
 and finishing (end token, token limit, or the consumer left).
 
 A sequence is admitted only when blocks for its whole length (prompt + max tokens) are free, so
-a running sequence never waits for memory and nothing is ever preempted.
+a running sequence never waits for memory and nothing is ever preempted. Its prompt's leading
+full blocks that the pool already holds (an earlier prompt's prefix) are shared instead of
+computed, and every block it fills is published for later prompts (paged.py, BlockPool).
 """
 
 import queue
@@ -14,7 +16,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from openjarvis.runtime.torch.paged import SCRATCH_BLOCK, BlockPool
+from openjarvis.runtime.torch.paged import SCRATCH_BLOCK, BlockPool, chain_key
 from openjarvis.runtime.types import WorkPiece
 
 __all__ = ["PENDING", "Row", "Scheduler", "Sequence", "Step"]
@@ -43,6 +45,10 @@ class Sequence:
     # sequence can need: reserved at admission, it never changes while the sequence runs.
     table: Tensor | None = None
     cached: int = 0  # tokens whose keys and values are in the cache
+    reused: int = 0  # prompt tokens taken from the prefix cache at admission, not computed
+    # Keys of its prompt's full blocks before the last token (looked up once), then of every
+    # block it filled: block i of `blocks` holds the prefix keys[i] names.
+    keys: list[bytes] | None = None
     cancelled: bool = False
     finished: bool = False
     work: list[WorkPiece] = field(default_factory=list)
@@ -110,7 +116,8 @@ class Scheduler:
         """A waiting sequence could start now: decoding should make way for its prefill."""
         if not self.waiting or len(self.running) >= self.max_batch:
             return False
-        return self.pool.blocks_for(self.waiting[0].length) <= self.pool.free
+        sequence = self.waiting[0]
+        return self.pool.can_take(self.pool.blocks_for(sequence.length), self._hits(sequence))
 
     def drop_cancelled(self) -> None:
         """Finish the sequences whose consumers left; their blocks go back to the pool."""
@@ -163,14 +170,40 @@ class Scheduler:
         while self.waiting and len(self.running) < self.max_batch:
             sequence = self.waiting[0]
             needed = self.pool.blocks_for(sequence.length)
-            if needed > self.pool.free:
+            hits = self._hits(sequence)
+            if not self.pool.can_take(needed, hits):
                 return  # first come, first served: later ones wait behind it
             self.waiting.popleft()
-            sequence.blocks = self.pool.take(needed)
+            sequence.blocks = self.pool.take(needed, hits)
+            sequence.cached = sequence.reused = len(hits) * self.pool.block_size
+            assert sequence.keys is not None
+            del sequence.keys[len(hits) :]  # from here on, the keys of blocks it fills
             width = self.pool.blocks_for(self.max_seq_len)
             row = sequence.blocks + [SCRATCH_BLOCK] * (width - needed)
             sequence.table = torch.tensor(row, dtype=torch.int32)
             self.running.append(sequence)
+
+    def _hits(self, sequence: Sequence) -> list[int]:
+        """The pool's blocks holding the longest leading run of the prompt's full blocks. The
+        last prompt token is always computed (its logits pick the first token), and a scoring
+        prompt computes every position (it wants each one's logits)."""
+        if sequence.keys is None:
+            shared = [] if sequence.all_logits else sequence.prompt[:-1]
+            sequence.keys = self.pool.prefix_keys(shared)
+        return self.pool.cached(sequence.keys)
+
+    def _publish(self, sequence: Sequence) -> None:
+        """Publish the blocks the sequence has filled since the last step, for later prompts."""
+        keys, size = sequence.keys, self.pool.block_size
+        assert keys is not None, "admitted sequences have their keys"
+        if sequence.cached // size <= len(keys):
+            return
+        tokens = sequence.prompt + sequence.output  # the cached positions' tokens, in order
+        for index in range(len(keys), sequence.cached // size):
+            keys.append(
+                chain_key(keys[-1] if keys else b"", tokens[index * size : (index + 1) * size])
+            )
+            self.pool.publish(sequence.blocks[index], keys[-1])
 
     def finish_step(
         self, step: Step, picked: list[int | None], start_s: float, end_s: float
@@ -191,6 +224,7 @@ class Scheduler:
             sequence = row.sequence
             size = len(row.tokens)
             sequence.cached = row.start + size
+            self._publish(sequence)
             piece = pieces.get(size)
             if piece is None:
                 piece = pieces[size] = WorkPiece(start_s, end_s, size / total, len(live))
