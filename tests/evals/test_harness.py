@@ -23,6 +23,7 @@ from openjarvis.evals.harness import (
 )
 from openjarvis.evals.prompting import answer_task, run_prompting, task_request
 from openjarvis.evals.scoring import score_completions
+from openjarvis.evals.suites import content_sha256
 from openjarvis.evals.types import Task
 from openjarvis.runtime.chat_template import ChatTemplate
 from openjarvis.runtime.types import (
@@ -445,3 +446,19 @@ def test_a_completion_that_is_not_the_responses_is_one_line(tasks_dir: Path) -> 
     for text in ("4", '{"answer": "4"}', '{"responses": []}'):
         with pytest.raises(UserError, match="a completion of lm-eval task tiny_gen is not its"):
             document(task).score(text)
+
+
+def test_a_suites_identity_is_its_documents_and_requests_not_its_folder(tmp_path: Path) -> None:
+    """The same tasks read from two folders (two machines) are one suite; an edited document,
+    or another number of shots, is another."""
+
+    def identity(folder: Path, **options: object) -> str:
+        return content_sha256(harness("tiny_mc,tiny_gen", folder, limit=2, **options))
+
+    here = identity(write_tasks(tmp_path / "here"))
+    assert identity(write_tasks(tmp_path / "there")) == here
+    assert identity(tmp_path / "here", num_fewshot=1) != here
+    edited = write_tasks(tmp_path / "edited")
+    data = edited / "questions.jsonl"
+    data.write_text(data.read_text().replace("2 + 2", "2 + 3"), encoding="utf-8")
+    assert identity(edited) != here

@@ -11,7 +11,9 @@ from openjarvis.errors import UserError
 from openjarvis.evals.config import RunConfig, prepare
 from openjarvis.evals.harness import HarnessOptions
 from openjarvis.evals.judge import JudgeSpec
+from openjarvis.evals.runner import prepare_resume
 from openjarvis.evals.suites import SuiteConfig, load_suite_config
+from openjarvis.records import RunRecord
 from openjarvis.runtime.cloud import CloudEngine
 from openjarvis.runtime.engines import CAPABILITIES, ENGINE_KINDS
 from openjarvis.runtime.llamacpp import LlamaCppSettings
@@ -156,3 +158,13 @@ def test_gpu_layers_reach_the_llama_cpp_engine_and_nothing_else() -> None:
         RunConfig(n_gpu_layers=-2).validate()
     with pytest.raises(UserError, match="--n-gpu-layers is for --engine llamacpp"):
         RunConfig(engine="torch", n_gpu_layers=4).validate()
+
+
+def test_a_run_stored_before_its_configuration_or_complete_is_not_resumed() -> None:
+    older = RunRecord("m", None, None, "llamacpp", {}, "humaneval", {}, "system", None, "x", "1")
+    older.id, older.state = "3f2a", "interrupted"
+    with pytest.raises(UserError, match="run 3f2a was stored before ipw kept a run's config"):
+        prepare_resume(older)
+    older.state = "complete"
+    with pytest.raises(UserError, match="run 3f2a is already complete; nothing to resume"):
+        prepare_resume(older)
