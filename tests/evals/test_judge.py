@@ -26,7 +26,7 @@ from openjarvis.evals.judge import (
     judge_run_id,
     parse_verdict,
 )
-from openjarvis.evals.runner import run_measure
+from openjarvis.evals.runner import MeasureResult, run_measure
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.suites import SuiteConfig, content_sha256, load_suite
 from openjarvis.evals.types import Task
@@ -209,13 +209,12 @@ def test_a_local_judges_joules_are_its_own_window_not_the_judged_tail(tmp_path: 
     assert saved.energy[0].source == "fake:gpu"
 
 
-@pytest.mark.e2e
-def test_a_judged_suite_runs_with_the_judges_energy_and_cost_apart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The embedded model answers; a scripted cloud judge passes the first answer only."""
-    engine = ScriptedJudge("openai", ["VERDICT: PASS", "VERDICT: FAIL"])
-    monkeypatch.setattr(judge_module, "open_engine", lambda spec, model: engine)
+def measure_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, judge: ScriptedJudge
+) -> tuple[MeasureResult, str]:
+    """`ipw measure --suite open.jsonl --judge openai:scripted` on the embedded model, the
+    judge's engine scripted; the result and the database."""
+    monkeypatch.setattr(judge_module, "open_engine", lambda spec, model: judge)
     db = str(tmp_path / "runs.db")
     suite = SuiteConfig(str(suite_file(tmp_path)), limit=None)
     # allow_shared: another measurement on this machine (a `jarvis serve`, another test) must not
@@ -223,7 +222,16 @@ def test_a_judged_suite_runs_with_the_judges_energy_and_cost_apart(
     config = RunConfig(
         suite=suite, judge=JudgeSpec("openai", "scripted"), idle_seconds=0, allow_shared=True
     )
-    result = run_measure(prepare(config), db)
+    return run_measure(prepare(config), db), db
+
+
+@pytest.mark.e2e
+def test_a_judged_suite_runs_with_the_judges_energy_and_cost_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded model answers; a scripted cloud judge passes the first answer only."""
+    engine = ScriptedJudge("openai", ["VERDICT: PASS", "VERDICT: FAIL"])
+    result, db = measure_judged(tmp_path, monkeypatch, engine)
     with open_store(db) as store:
         judged = store.get_run(result.run_id)
         answers = store.task_results(result.run_id)
@@ -308,13 +316,7 @@ def test_a_verdict_the_judge_did_not_give_is_counted_and_said_not_hidden_as_a_fa
     """The judge passes the first answer and gives no verdict on the second: the summary names
     the judge's run and says that 1 of the 2 samples could not be scored."""
     engine = ScriptedJudge("openai", ["VERDICT: PASS", "I cannot tell."])
-    monkeypatch.setattr(judge_module, "open_engine", lambda spec, model: engine)
-    db = str(tmp_path / "runs.db")
-    suite = SuiteConfig(str(suite_file(tmp_path)), limit=None)
-    config = RunConfig(
-        suite=suite, judge=JudgeSpec("openai", "scripted"), idle_seconds=0, allow_shared=True
-    )
-    result = run_measure(prepare(config), db)
+    result, db = measure_judged(tmp_path, monkeypatch, engine)
     with open_store(db) as store:
         judge_run = judge_run_id(store, result.run_id)
         answers = store.task_results(result.run_id)
