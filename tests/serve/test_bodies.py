@@ -147,3 +147,27 @@ def test_an_authorization_header_without_bearer_is_refused(server: EnergyServer)
         headers={"authorization": f"bearer {KEY}"},  # the scheme is case-insensitive
     )
     assert accepted.status_code == 200
+
+
+def test_another_models_name_gets_openais_404_and_the_served_names_are_taken(
+    server: EnergyServer,
+) -> None:
+    unknown = _post(server, "/completions", '{"model": "gpt-4o", "prompt": "x"}')
+    assert unknown.status_code == 404
+    assert unknown.json()["error"] == {
+        "message": "The model `gpt-4o` does not exist; this server serves `fake-batching` "
+        "(GET /v1/models)",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    # Its name in any case, a path to its file (as `--model PATH` clients send), or none.
+    for model in ("fake-batching", "FAKE-Batching", "/models/fake-batching.gguf", None):
+        body = {"prompt": "x", "max_tokens": 1, **({"model": model} if model else {})}
+        answered = httpx.post(
+            f"{server.url}/completions",
+            json=body,
+            headers={"authorization": f"Bearer {KEY}"},
+            timeout=10,
+        )
+        assert answered.status_code == 200, (model, answered.text)

@@ -45,7 +45,7 @@ def test_serve_answers_streams_logs_and_stops_on_ctrl_c(tmp_path: Path) -> None:
                 time.sleep(0.5)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
         stream = client.chat.completions.create(
-            model="m",
+            model="gemma-3-270m-Q4_K_M",
             messages=[{"role": "user", "content": "Say hello."}],
             max_tokens=8,
             stream=True,

@@ -45,7 +45,7 @@ def test_sixteen_concurrent_streams_of_the_openai_client(store: Store) -> None:
 
         async def one(client: openai.AsyncOpenAI, prompt: str) -> tuple[str, dict[str, object]]:
             stream = await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": prompt}], stream=True
+                model="fake-batching", messages=[{"role": "user", "content": prompt}], stream=True
             )
             pieces, energy = [], {}
             async for chunk in stream:
@@ -74,7 +74,7 @@ def test_sixteen_concurrent_streams_of_the_openai_client(store: Store) -> None:
 def test_a_client_that_leaves_frees_its_sequence(store: Store, stream: bool) -> None:
     engine = FakeBatchingEngine(_long_for_long, concurrency=4, step_s=0.05)
     with running_server(engine, store) as server:
-        body = {"model": "m", "prompt": "long", "stream": stream}
+        body = {"model": "fake-batching", "prompt": "long", "stream": stream}
         url = f"{server.url}/completions"
         if stream:
             with httpx.stream("POST", url, json=body, timeout=10) as response:
@@ -101,7 +101,7 @@ def test_a_full_line_is_answered_429_and_concurrency_1_takes_turns(store: Store)
         texts: list[str] = []
 
         def ask(prompt: str) -> None:
-            reply = client.completions.create(model="m", prompt=prompt)
+            reply = client.completions.create(model="fake-batching", prompt=prompt)
             texts.append(reply.choices[0].text)
 
         first = threading.Thread(target=ask, args=("first",))
@@ -111,7 +111,7 @@ def test_a_full_line_is_answered_429_and_concurrency_1_takes_turns(store: Store)
         second.start()
         _until(lambda: server.admission.waiting == 1, "the second request to wait")
         with pytest.raises(openai.RateLimitError, match="at capacity") as refused:
-            client.completions.create(model="m", prompt="third")
+            client.completions.create(model="fake-batching", prompt="third")
         assert refused.value.response.headers["retry-after"] == "1"
         assert refused.value.body["type"] == "rate_limit_error"  # type: ignore[index]
         engine.flowing.set()

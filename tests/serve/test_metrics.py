@@ -50,7 +50,12 @@ def test_metrics_need_the_key_like_every_route(server: EnergyServer) -> None:
 
 def test_the_energy_counter_grows_after_a_request(server: EnergyServer) -> None:
     before = _scrape(server)
-    body = {"model": "m", "prompt": "The sea is", "max_tokens": 12, "temperature": 0}
+    body = {
+        "model": "gemma-3-270m-Q4_K_M",
+        "prompt": "The sea is",
+        "max_tokens": 12,
+        "temperature": 0,
+    }
     reply = httpx.post(
         f"{server.url}/completions",
         json=body,

@@ -71,7 +71,7 @@ def test_chat_reply_carries_energy_and_matches_the_engine(
     client: openai.OpenAI, engine: LlamaCppEngine
 ) -> None:
     reply = client.chat.completions.create(
-        model="anything",
+        model="gemma-3-270m-Q4_K_M",
         messages=MESSAGES,
         max_tokens=24,
         temperature=0,  # type: ignore[arg-type]
@@ -88,7 +88,7 @@ def test_chat_reply_carries_energy_and_matches_the_engine(
 
 def test_chat_stream_yields_tokens_then_energy(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
-        model="m",
+        model="gemma-3-270m-Q4_K_M",
         messages=MESSAGES,  # type: ignore[arg-type]
         max_tokens=24,
         temperature=0,
@@ -106,7 +106,7 @@ def test_chat_stream_yields_tokens_then_energy(client: openai.OpenAI) -> None:
     usage = chunks[-1]
     assert usage.choices == [] and usage.usage is not None and usage.usage.completion_tokens > 0
     whole = client.chat.completions.create(
-        model="m",
+        model="gemma-3-270m-Q4_K_M",
         messages=MESSAGES,
         max_tokens=24,
         temperature=0,  # type: ignore[arg-type]
@@ -116,9 +116,11 @@ def test_chat_stream_yields_tokens_then_energy(client: openai.OpenAI) -> None:
 
 def test_plain_completions_stream_and_not(client: openai.OpenAI) -> None:
     prompt = "def add(a, b):\n"
-    whole = client.completions.create(model="m", prompt=prompt, max_tokens=16, temperature=0)
+    whole = client.completions.create(
+        model="gemma-3-270m-Q4_K_M", prompt=prompt, max_tokens=16, temperature=0
+    )
     streamed = client.completions.create(
-        model="m", prompt=prompt, max_tokens=16, temperature=0, stream=True
+        model="gemma-3-270m-Q4_K_M", prompt=prompt, max_tokens=16, temperature=0, stream=True
     )
     text = "".join(c.choices[0].text for c in streamed if c.choices)
     assert text == whole.choices[0].text and text
@@ -128,7 +130,7 @@ def test_plain_completions_stream_and_not(client: openai.OpenAI) -> None:
 def test_json_schema_response_format(client: openai.OpenAI) -> None:
     schema = {"type": "object", "properties": {"sea": {"type": "string"}}, "required": ["sea"]}
     reply = client.chat.completions.create(
-        model="m",
+        model="gemma-3-270m-Q4_K_M",
         messages=[{"role": "user", "content": "Name a sea as JSON."}],
         max_tokens=30,
         temperature=0,
@@ -144,13 +146,13 @@ def test_errors_reach_the_client_as_openai_errors(server: EnergyServer) -> None:
     right = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
     with pytest.raises(openai.BadRequestError, match="exceeds the model context"):
         right.chat.completions.create(
-            model="m",
+            model="gemma-3-270m-Q4_K_M",
             messages=MESSAGES,
             max_tokens=5000,  # type: ignore[arg-type]
         )
     with pytest.raises(openai.BadRequestError, match="'tools' is not supported"):
         right.chat.completions.create(
-            model="m",
+            model="gemma-3-270m-Q4_K_M",
             messages=MESSAGES,  # type: ignore[arg-type]
             tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
         )
@@ -178,7 +180,7 @@ def test_cloud_engine_against_the_server(server: EnergyServer, engine: LlamaCppE
 def test_requests_are_logged_with_their_energy(client: openai.OpenAI, store: Store) -> None:
     before = len(request_logs(store))
     client.chat.completions.create(
-        model="m",
+        model="gemma-3-270m-Q4_K_M",
         messages=MESSAGES,
         max_tokens=8,
         temperature=0,  # type: ignore[arg-type]
@@ -195,7 +197,7 @@ def test_requests_are_logged_with_their_energy(client: openai.OpenAI, store: Sto
 def test_no_store_means_no_log(engine: LlamaCppEngine, tmp_path: Path) -> None:
     with running_server(engine, None) as bare:
         reply = openai.OpenAI(base_url=bare.url, api_key="x").completions.create(
-            model="m", prompt="1, 2, 3,", max_tokens=4, temperature=0
+            model="gemma-3-270m-Q4_K_M", prompt="1, 2, 3,", max_tokens=4, temperature=0
         )
     assert reply.choices[0].text
 
@@ -219,7 +221,7 @@ def test_concurrent_streams_batch_on_the_engine_and_share_their_energy(
 
     async def one(client: openai.AsyncOpenAI, prompt: str) -> tuple[str, dict[str, object]]:
         stream = await client.completions.create(
-            model="m", prompt=prompt, max_tokens=16, temperature=0, stream=True
+            model="gemma-3-270m-Q4_K_M", prompt=prompt, max_tokens=16, temperature=0, stream=True
         )
         pieces, energy = [], {}
         async for chunk in stream:

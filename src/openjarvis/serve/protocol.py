@@ -9,6 +9,7 @@ Unknown fields are ignored, as OpenAI-compatible servers do; a field the server 
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Annotated, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -34,6 +35,7 @@ __all__ = [
     "completion_body",
     "energy_field",
     "parse_request",
+    "serves_model",
 ]
 
 _ROLES: dict[str, Role] = {
@@ -206,6 +208,15 @@ def _schema(response_format: _ResponseFormat | None) -> dict[str, object] | None
         param = "response_format.json_schema"
         raise BadRequest(f"'{param}': needs json_schema.schema for type json_schema", param)
     return response_format.json_schema.schema_
+
+
+def serves_model(requested: str | None, served: str) -> bool:
+    """Whether a body's `model` names the served model: left out, its name in any case, or a
+    path to its file (`.../gemma-3-270m-q4_k_m.gguf`, as `--model PATH` clients send)."""
+    if not requested:
+        return True
+    stem = PurePath(requested).name.removesuffix(".gguf")
+    return served.casefold() in (requested.casefold(), stem.casefold())
 
 
 def parse_request(body: ChatBody | CompletionBody) -> ParsedRequest:

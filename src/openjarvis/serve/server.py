@@ -56,6 +56,7 @@ from openjarvis.serve.protocol import (
     chunk_body,
     completion_body,
     parse_request,
+    serves_model,
 )
 from openjarvis.store import RequestLogRecord, Store, log_request
 
@@ -68,13 +69,22 @@ _T = TypeVar("_T")
 class ApiError(Exception):
     """Answered with `status` and OpenAI's error body."""
 
-    def __init__(self, status: int, message: str, kind: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.kind, self.param = status, kind, param
+        self.status, self.kind, self.param, self.code = status, kind, param, code
 
 
-def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
+def _error(
+    status: int, message: str, kind: str, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     headers = {"retry-after": "1"} if status == 429 else None
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -237,7 +247,7 @@ class EnergyServer:
 
         @app.exception_handler(ApiError)
         async def api_error(request: Request, error: ApiError) -> JSONResponse:
-            return _error(error.status, str(error), error.kind, error.param)
+            return _error(error.status, str(error), error.kind, error.param, error.code)
 
         @app.exception_handler(HTTPException)
         async def http_error(request: Request, error: HTTPException) -> JSONResponse:
@@ -281,11 +291,22 @@ class EnergyServer:
         if int(request.headers.get("content-length") or 0) > _MAX_BODY_BYTES:
             raise ApiError(413, "the body is over 32 MiB", "invalid_request_error")
         try:
-            parsed = parse_request(model.model_validate_json(await request.body()))
+            received = model.model_validate_json(await request.body())
+            parsed = parse_request(received)
         except ValidationError as error:
             raise _invalid_body(error) from None
         except BadRequest as error:
             raise ApiError(400, str(error), "invalid_request_error", error.param) from None
+        served = self.engine.model_name
+        if not serves_model(received.model, served):  # as OpenAI and vLLM answer another model
+            raise ApiError(
+                404,
+                f"The model `{received.model}` does not exist; this server serves `{served}` "
+                "(GET /v1/models)",
+                "invalid_request_error",
+                "model",
+                "model_not_found",
+            )
         started_at = datetime.now(UTC)
         try:
             if parsed.stream:
