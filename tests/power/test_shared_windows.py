@@ -237,3 +237,48 @@ def test_a_request_is_published_a_refresh_after_its_end_while_its_neighbour_runs
     assert short.energy.shared and short.energy.mean_batch == pytest.approx(2.0)
     # Both had half of every shared step: the short one's energy is half of those steps'.
     assert short.result.net_energy_j == pytest.approx(0.5 * TOKEN_W * 2 * 0.3, rel=0.05)
+
+
+def test_windows_that_overlap_without_steps_count_idle_once(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """Requests to a server whose steps nobody reports (a local server, a cloud API) split
+    each interval by time: their gross energies add up to the union's, idle counted once."""
+    engine = Engine()
+    meter, _ = meter_on(monkeypatch, clock, engine)
+    first, second = meter.window("a"), meter.window("b")
+    a = first.__enter__()
+    engine.steps.append((clock.now_s, clock.now_s + 1.5, 1))
+    spend(meter, clock, 0.5)
+    b = second.__enter__()
+    spend(meter, clock, 0.5)
+    first.__exit__(None, None, None)
+    spend(meter, clock, 0.5)
+    second.__exit__(None, None, None)
+    spend(meter, clock, 0.5)
+    meter.settle()
+    results = [a.wait_settled(), b.wait_settled()]
+    total = meter.total()
+    assert sum(r.energy_j for r in results) == pytest.approx(total.windows_energy_j, rel=0.01)
+    assert sum(r.net_energy_j for r in results) == pytest.approx(total.net_energy_j, rel=0.01)
+    # Idle over the 1.5 s the two covered, not over their 2 s together.
+    idle_j = sum(r.energy_j - r.net_energy_j for r in results)
+    assert idle_j == pytest.approx(IDLE_W * 1.5, rel=0.02)
+
+
+def test_the_first_token_marked_after_the_window_splits_its_energy(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """A caller learns the first token's time with the completion, after most of the window's
+    intervals were split (the meter splits them while it runs): the prefill part still comes
+    from them, since it is taken when the window is published."""
+    engine = Engine()
+    meter, _ = meter_on(monkeypatch, clock, engine)
+    with meter.window("task") as window:
+        engine.steps.append((clock.now_s, clock.now_s + 1.0, 1))
+        spend(meter, clock, 1.0)
+        assert window.accounts[0].intervals  # split already, without a first token
+    window.mark_first_token(window.start_s + 0.4)
+    result = window.result
+    assert result.prefill_energy_j == pytest.approx(0.4 * result.energy_j, rel=0.05)
+    assert result.decode_energy_j == pytest.approx(0.6 * result.energy_j, rel=0.05)

@@ -465,8 +465,8 @@ def _generate(
             # A batching engine files the request's steps under the window's key: how the
             # energy of the steps it shares with other tasks splits.
             completion = answer_task(engine, task, replace(request, ledger_key=window.key))
-        if completion.ttft_s is not None:  # prefill energy is what the window drew until then
-            window.mark_first_token(window.start_s + completion.ttft_s)
+            if completion.ttft_s is not None:  # prefill energy: the window's part until then
+                window.mark_first_token(window.start_s + completion.ttft_s)
         completions.append(completion)
         handles.append(window)
     return task, completions, handles

@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Knot", "Piece", "Share", "Span", "WorkStep", "attribute", "mean_batch"]
+__all__ = [
+    "Knot",
+    "Piece",
+    "Share",
+    "Span",
+    "WorkStep",
+    "attribute",
+    "before_split_fraction",
+    "mean_batch",
+]
 
 
 class WorkStep(Protocol):
@@ -140,6 +149,10 @@ def attribute(
             continue
         above_j = energy_j - idle_power_w * length_s
         claimed_s = sum(claims)
+        # Idle power over the time at least one span covers, counted once: spans that overlap
+        # share it in proportion to their own time (one after another, each has its own).
+        owned_s = sum(owns)
+        idle_scale = _union_s(spans, low_s, high_s) / owned_s if owned_s > 0 else 1.0
         if claimed_s <= 0:
             owner = _owner(spans, low_s)
             if owner is not None:
@@ -150,8 +163,18 @@ def attribute(
         for share, span, own_s, claim_s in zip(shares, spans, owns, claims, strict=True):
             net_j = above_j * claim_s / claimed_s
             share.net_j += net_j
-            _add(share, span, low_s, high_s, own_s, net_j + idle_power_w * own_s)
+            _add(share, span, low_s, high_s, own_s, net_j + idle_power_w * own_s * idle_scale)
     return shares
+
+
+def before_split_fraction(span: Span, split_s: float, low_s: float, high_s: float) -> float:
+    """The part of a span's share of the interval [low_s, high_s] that came before `split_s`
+    (its first token): by its steps' claims where it did work in the interval, else by time."""
+    claim_s = _work_claim_s(span, span.end_s, low_s, high_s)
+    if claim_s > 0:
+        return _work_claim_s(span, split_s, low_s, high_s) / claim_s
+    own_s = _overlap_s(span.start_s, span.end_s, low_s, high_s)
+    return _overlap_s(span.start_s, split_s, low_s, high_s) / own_s if own_s > 0 else 0.0
 
 
 def _work_claim_s(span: Span, until_s: float, low_s: float, high_s: float) -> float:

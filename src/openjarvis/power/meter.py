@@ -22,7 +22,14 @@ from typing import Self
 from openjarvis.power.accounting import LOW_RESOLUTION_PERIODS, in_scope, sum_scope
 from openjarvis.power.claims import Claim, claim_sources
 from openjarvis.power.discovery import discover_sources
-from openjarvis.power.edges import Knot, Share, Span, attribute, mean_batch
+from openjarvis.power.edges import (
+    Knot,
+    Share,
+    Span,
+    attribute,
+    before_split_fraction,
+    mean_batch,
+)
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.track import Track
 from openjarvis.power.types import (
@@ -429,7 +436,10 @@ class Meter:
                 spans = [self._span(w) for w in windows]
                 shares = attribute([cursor, knot], spans, idle_w, pad_s)
                 for window, share in zip(windows, shares, strict=True):
-                    _add_share(window.accounts[index].share, share)
+                    account = window.accounts[index]
+                    _add_share(account.share, share)
+                    if share.energy_j:
+                        account.intervals.append((low_s, high_s, share.energy_j))
             for window in windows:
                 account = window.accounts[index]
                 if fault is not None:
@@ -457,11 +467,12 @@ class Meter:
         return max(closed, key=lambda w: w.end_s or 0.0, default=None)
 
     def _span(self, window: WindowHandle) -> Span:
+        """The window as `attribute` takes it; its prefill split is applied at publication."""
         end_s = window.end_s if window.end_s is not None else math.inf
         if window.key is None or self._ledger is None:
-            return Span(window.start_s, end_s, window.split_s)
+            return Span(window.start_s, end_s)
         work = self._ledger.pieces(window.key)
-        return Span(window.start_s, end_s, window.split_s, work, reported=True)
+        return Span(window.start_s, end_s, None, work, reported=True)
 
     def _publish(self, now_s: float) -> list[WindowHandle]:
         """Publish each closed window whose sources are all decided, to its end and then with
@@ -570,6 +581,14 @@ class Meter:
         energy_j, net_j = share.energy_j, share.net_j
         if not final or idle_w is None:
             energy_j, net_j, tail_j = energy_j - share.tail_j, net_j - share.tail_j, None
+        prefill_j = None
+        if window.split_s is not None:
+            span = self._span(window)
+            prefill_j = sum(
+                energy_j * before_split_fraction(span, window.split_s, low_s, high_s)
+                for low_s, high_s, energy_j in account.intervals
+                if low_s < window.split_s
+            )
         return SourceEnergy(
             source=source.name,
             domain=source.domain,
@@ -579,7 +598,7 @@ class Meter:
             idle_power_w=idle_w,
             low_resolution=low_resolution,
             tail_j=tail_j,
-            prefill_j=share.before_split_j if window.split_s is not None else None,
+            prefill_j=prefill_j,
             shared=share.shared,
         )
 
@@ -710,7 +729,6 @@ def _add_share(total: Share, part: Share) -> None:
     total.energy_j += part.energy_j
     total.net_j += part.net_j
     total.tail_j += part.tail_j
-    total.before_split_j += part.before_split_j
     total.shared |= part.shared
 
 

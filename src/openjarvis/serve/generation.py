@@ -89,6 +89,9 @@ class Generation:
                                 return  # closing() closes the generator: the engine frees it
                             self._post(chunk)
                             completion = chunk.completion or completion
+                    if completion is not None and completion.ttft_s is not None:
+                        # Prefill energy: the window's part until the first token.
+                        window.mark_first_token(window.start_s + completion.ttft_s)
             finally:
                 self._engine_free()
             assert completion is not None, "every stream ends with its completion"

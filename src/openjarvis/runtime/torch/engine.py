@@ -182,12 +182,16 @@ class TorchEngine:
 
     def _deliveries(self, sequence: Sequence) -> Generator[tuple[int, float]]:
         try:
-            while (item := sequence.outbox.get()) is not None:
-                if isinstance(item, UserError):
-                    raise UserError(str(item))
-                if isinstance(item, BaseException):
-                    raise RuntimeError(f"the torch engine failed: {item}") from item
-                yield item
+            while True:
+                batch = sequence.outbox.get()
+                if isinstance(batch, UserError):
+                    raise UserError(str(batch))
+                if isinstance(batch, BaseException):
+                    raise RuntimeError(f"the torch engine failed: {batch}") from batch
+                for item in batch:
+                    if item is None:
+                        return
+                    yield item
         finally:
             sequence.cancelled = True  # a consumer that leaves early frees its sequence
 

@@ -105,7 +105,7 @@ class StepLoop:
                 if continued is not None:
                     following = self._launch(continued[0], flight.picks_of(continued[1]))
             self._land(flight)
-            scheduler.deliver()
+            scheduler.deliver(time.monotonic())
             if following is None:
                 return
             flight = following

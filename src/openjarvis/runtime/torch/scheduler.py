@@ -9,6 +9,7 @@ computed, and every block it fills is published for later prompts (paged.py, Blo
 """
 
 import queue
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
@@ -24,8 +25,13 @@ __all__ = ["PENDING", "Row", "Scheduler", "Sequence", "Step"]
 # A continued decode row's token: the step before it is still picking it, on the device.
 PENDING = -1
 
-# What a consumer receives: (token, arrival time), then None at the end, or the error.
-Delivery = tuple[int, float] | BaseException | None
+# What a consumer receives: a batch of (token, arrival time) ending with None at the end, or the
+# error.
+Delivery = list[tuple[int, float] | None] | BaseException
+# Consumers are handed their tokens at most this often while steps run back to back (and at once
+# when a sequence ends or the engine goes idle): one wake-up per consumer per period rather than
+# per step, which on a small model would take the interpreter from the step loop.
+DELIVERY_PERIOD_S = 0.01
 
 
 @dataclass(eq=False)
@@ -95,7 +101,9 @@ class Scheduler:
         # Tokens and ends decided but not yet handed to the consumers: the engine hands them
         # over while the GPU runs the next step (deliver), so waking consumer threads costs
         # the GPU nothing.
-        self._undelivered: list[tuple[Sequence, Delivery]] = []
+        self._undelivered: list[tuple[Sequence, tuple[int, float] | None]] = []
+        self._delivered_s = float("-inf")
+        self._ending = False  # a sequence ended since the last delivery
 
     def add(self, sequence: Sequence) -> None:
         """Queue a sequence (the engine has checked it against the context); one that could
@@ -245,12 +253,21 @@ class Scheduler:
         self.pool.give_back(sequence.blocks)
         sequence.blocks = []
         self._undelivered.append((sequence, None))
+        self._ending = True
 
-    def deliver(self) -> None:
-        """Hand the decided tokens and ends to their consumers."""
+    def deliver(self, now_s: float | None = None) -> None:
+        """Hand the decided tokens and ends to their consumers, one batch each. With `now_s`
+        (between steps), only once a delivery period has passed or a sequence has ended."""
+        if now_s is not None and not self._ending and now_s - self._delivered_s < DELIVERY_PERIOD_S:
+            return
         undelivered, self._undelivered = self._undelivered, []
+        batches: dict[int, tuple[Sequence, list[tuple[int, float] | None]]] = {}
         for sequence, item in undelivered:
-            sequence.outbox.put(item)
+            batches.setdefault(id(sequence), (sequence, []))[1].append(item)
+        for sequence, batch in batches.values():
+            sequence.outbox.put(batch)
+        self._delivered_s = time.monotonic() if now_s is None else now_s
+        self._ending = False
 
     def fail(self, error: BaseException) -> None:
         """The step failed: every sequence gets the error and its blocks back."""
