@@ -133,6 +133,10 @@ async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, _T])
     return None
 
 
+class _Stopping(Exception):
+    """The server is shutting down while a stream is in flight."""
+
+
 class _EventStream(StreamingResponse):
     """Server-sent events that call `end` however the response ends: finished, failed, or cut
     short by a client that left (perhaps before the first event was read)."""
@@ -180,6 +184,10 @@ class EnergyServer:
         self.prefill_price = PrefillPrice()  # prices the prefill a cached prefix saved
         self._generations: set[Generation] = set()
         self._generations_lock = threading.Lock()
+        # Set on the server's loop when it shuts down: streams end with an error event and
+        # [DONE] instead of being cut (a client error, and tracebacks from the ASGI server).
+        self._stopping = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics = ServeMetrics(engine.model_name, in_flight=lambda: len(self._generations))
         try:
             self._socket = socket.create_server((host, port))
@@ -213,7 +221,11 @@ class EnergyServer:
 
     def shutdown(self) -> None:
         """Stop serving; generations still running are cancelled and awaited, so that the
-        engine can be closed safely afterwards."""
+        engine can be closed safely afterwards. Streams in flight end first, with an error
+        event and [DONE]."""
+        if self._loop is not None:
+            with suppress(RuntimeError):  # the loop has already closed
+                self._loop.call_soon_threadsafe(self._stopping.set)
         self._uvicorn.should_exit = True
         if self._thread is not None:
             self._thread.join()
@@ -372,6 +384,7 @@ class EnergyServer:
     ) -> AsyncIterator[bytes]:
         """The stream's events; Starlette stops reading them when the client disconnects."""
         parsed, model = generation.parsed, self.engine.model_name
+        self._loop = asyncio.get_running_loop()
         try:
             if parsed.chat:
                 yield _event(chunk_body(parsed, model, ""))  # the role comes first
@@ -379,18 +392,34 @@ class EnergyServer:
             while not isinstance(item, Finished):
                 if item.text:
                     yield _event(chunk_body(parsed, model, item.text))
-                item = await generation.next()
+                item = await self._next_unless_stopping(generation)
             completion, energy = item.completion, item.energy
             yield _event(chunk_body(parsed, model, "", completion.finish_reason, energy=energy))
             if parsed.include_usage:
                 yield _event(chunk_body(parsed, model, None, None, completion, energy))
         except UserError as error:  # the headers are gone: the error travels as an event
             yield _event({"error": {"message": str(error), "type": "invalid_request_error"}})
+        except _Stopping:
+            message = "the server is shutting down; the reply was cut short"
+            yield _event({"error": {"message": message, "type": "server_error"}})
         except Exception:
             traceback.print_exc(file=sys.stderr)
             message = "internal error; see the server's stderr"
             yield _event({"error": {"message": message, "type": "server_error"}})
         yield b"data: [DONE]\n\n"
+
+    async def _next_unless_stopping(self, generation: Generation) -> StreamChunk | Finished:
+        """The generation's next item, or _Stopping once the server shuts down."""
+        if self._stopping.is_set():
+            raise _Stopping
+        following = asyncio.ensure_future(generation.next())
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        done, _ = await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if following in done:
+            stopping.cancel()
+            return following.result()
+        following.cancel()
+        raise _Stopping
 
     def _end(self, generation: Generation) -> None:
         generation.cancel()  # a no-op once finished; frees the engine if the client left
