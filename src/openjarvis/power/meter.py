@@ -705,10 +705,17 @@ class Meter:
         return baseline
 
     def _wait_until(self, deadline_s: float) -> None:
+        """Wait, reading every refresh of the stepping counters meanwhile (the sampler's cheaper
+        plan reads every third): idle power from every interval, also over a short baseline."""
         while (now_s := self._clock()) < deadline_s:
             delay_s = deadline_s - now_s
             if not self.running:  # integrated sources and stepping counters need reads between
                 delay_s = min(delay_s, max(self.poll(), 1e-4))
+            else:
+                for track in self._tracks:
+                    track.hurry(now_s)
+                self._wake.set()
+                delay_s = min(delay_s, max(self.resolution_s, 0.01))
             self._sleep(delay_s)
 
 
