@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+import pytest
+
 from openjarvis.runtime.types import Completion
+from openjarvis.serve import running_server
 from openjarvis.serve.protocol import (
     ChatBody,
     chunk_body,
@@ -59,3 +63,33 @@ def test_ipw_requests_shows_cached_tokens_and_the_prefill_joules_saved(tmp_path:
     first, second = [line for line in done.stdout.splitlines() if "chat/completions" in line]
     assert "960/1000" in first and "≈11.2" in first
     assert "960" not in second and "≈" not in second  # unknown shows as —, never as 0
+
+
+def test_jarvis_serve_on_the_torch_engine_reports_the_reused_prefix() -> None:
+    """Two requests through the real server sharing a system prompt: the second's usage says
+    how many of its prompt tokens the engine took from its cache (whole blocks of 16)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("gguf")
+    from openjarvis.runtime.models import resolve_model
+    from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+
+    engine = TorchEngine(resolve_model(None).path, TorchSettings(device="cpu", max_seq_len=512))
+    system = {"role": "system", "content": "You answer questions about Python. " * 10}
+    usages = []
+    try:
+        with running_server(engine) as server, httpx.Client(timeout=300) as client:
+            for question in ("What is a list?", "What is a dict?"):
+                body = {
+                    "model": engine.model_name,
+                    "messages": [system, {"role": "user", "content": question}],
+                    "max_tokens": 2,
+                }
+                reply = client.post(f"{server.url}/chat/completions", json=body)
+                assert reply.status_code == 200, reply.text
+                usages.append(reply.json()["usage"])
+    finally:
+        engine.close()
+    first, second = usages
+    assert first["prompt_tokens_details"] == {"cached_tokens": 0}
+    cached = second["prompt_tokens_details"]["cached_tokens"]
+    assert cached % 16 == 0 and second["prompt_tokens"] - 16 - 8 < cached < second["prompt_tokens"]
