@@ -381,6 +381,12 @@ def compare_figures(
         reason = None
         if needs is not None and (needs not in columns_a or needs not in columns_b):
             reason = "union-unknown" if needs == "power" else "energy-unknown"
+        if name == "mean_power_w" and "union_power" in columns_a and "union_power" in columns_b:
+            # Two single measurements: resampling tasks cannot move them, and an interval of
+            # one point would claim a certainty nobody measured.
+            power_a, power_b = float(columns_a["union_power"]), float(columns_b["union_power"])
+            ratios[name] = Estimate(power_b / power_a) if power_a > 0 else Estimate(None)
+            continue
         if paired:
             ratios[name] = bootstrap(
                 lambda r, s=statistic: s(columns_b, r) / s(columns_a, r), (len(order_a),), reason

@@ -4,7 +4,13 @@ from dataclasses import replace
 import pytest
 
 from openjarvis.intervals import small_n_caution, wilson
-from openjarvis.metrics import TaskFigures, UnionEnergy, compute_figures, window_flags
+from openjarvis.metrics import (
+    TaskFigures,
+    UnionEnergy,
+    compare_figures,
+    compute_figures,
+    window_flags,
+)
 from openjarvis.records import TaskResultRecord
 
 
@@ -197,3 +203,12 @@ def test_samples_that_could_not_be_scored_are_counted_apart_from_fails() -> None
     )
     flags = window_flags([judged, replace(judged, task_id="t2", statuses=("error",) * 3)])
     assert (flags["samples"], flags["scoring_errors"]) == (6, 4)
+
+
+def test_the_ratio_of_two_measured_machine_powers_claims_no_interval() -> None:
+    """Each run's power is one measurement over its union: their ratio has no resampled
+    interval (it once read 0.999 [0.999, 0.999])."""
+    tasks = {"t1": _overlapping(10.0, 2.0), "t2": _overlapping(12.0, 2.0)}
+    unions = (UnionEnergy(40.0, 20.0, 2.0), UnionEnergy(30.0, 10.0, 2.0))
+    ratio = compare_figures(tasks, tasks, unions).ratios["mean_power_w"]
+    assert (ratio.value, ratio.low, ratio.high) == (pytest.approx(0.75), None, None)
