@@ -13,6 +13,8 @@ from openjarvis.metrics import compute_figures, task_figures
 from openjarvis.report.analysis import panels
 from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
 from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict
+from openjarvis.report.plot import Point
+from openjarvis.report.plots import point_names
 from openjarvis.report.runs import distinct_labels, suite_name
 from openjarvis.report.uncertainty import run_figure_text
 from openjarvis.store import RunRecord, TaskResultRecord, open_store
@@ -275,3 +277,17 @@ def test_sections_of_one_run_are_one_line_and_one_table_not_drawn() -> None:
     ]
     assert not any("nothing in its scope" in line.text for line in block.lines)
     assert [panel.title for panel in panels(sections)] == [sections[0].title]
+
+
+def test_points_on_a_panel_are_named_apart() -> None:
+    """Two runs of one model at one and four at once were both annotated `gemma`."""
+
+    def point(label: str) -> Point:
+        return Point(label, "Xeon", 10.0, None, None, 0.0, 0.0, 0.3, True, False)
+
+    one = point("gemma · Xeon (2 cores) · llamacpp")
+    four = point("gemma · Xeon (2 cores) · llamacpp · 4 at once")
+    other = point("qwen · Xeon (2 cores) · llamacpp")
+    assert point_names([one, four]) == ["gemma", "gemma · 4 at once"]
+    assert point_names([one, other]) == ["gemma", "qwen"]
+    assert point_names([one]) == ["gemma · Xeon (2 cores) · llamacpp"]

@@ -43,6 +43,7 @@ __all__ = [
     "concurrency_plot",
     "joules_plot",
     "local_vs_cloud_plot",
+    "point_names",
     "power_traces_plot",
     "sections_plot",
     "tokens_plot",
@@ -57,6 +58,14 @@ def _whiskers(points: Sequence[Point], axis: str) -> list[list[float]] | None:
     if axis == "x":
         return spans([(p.energy_j, p.energy_low_j, p.energy_high_j) for p in points])
     return spans([(p.accuracy, p.accuracy_low, p.accuracy_high) for p in points])
+
+
+def point_names(points: Sequence[Point]) -> list[str]:
+    """Each point's name on its panel: the model, and the parts of its label that tell it
+    apart from the panel's other points (`· 4 at once`, a run id), never two alike."""
+    parts = [point.label.split(" · ") for point in points]
+    shared = set.intersection(*(set(p[1:]) for p in parts)) if len(parts) > 1 else set()
+    return [" · ".join([p[0], *(part for part in p[1:] if part not in shared)]) for p in parts]
 
 
 def _draw_panel(
@@ -80,9 +89,9 @@ def _draw_panel(
             elinewidth=0.7,
             capsize=2,
         )
-    for point in panel.points:
+    for point, name in zip(panel.points, point_names(panel.points), strict=True):
         axes.annotate(
-            point.label.split(" · ")[0],
+            name,
             (point.energy_j, point.accuracy),
             textcoords="offset points",
             xytext=(5, -10),
