@@ -12,6 +12,7 @@ from openjarvis.intervals import wilson as wilson_interval
 from openjarvis.metrics import compute_figures, task_figures
 from openjarvis.report.analysis import panels
 from openjarvis.report.content import accuracy_text, gate_blocks, headline_block
+from openjarvis.report.drawing import row_labels
 from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict
 from openjarvis.report.plot import Point
 from openjarvis.report.plots import point_names
@@ -291,3 +292,13 @@ def test_points_on_a_panel_are_named_apart() -> None:
     assert point_names([one, four]) == ["gemma", "gemma · 4 at once"]
     assert point_names([one, other]) == ["gemma", "qwen"]
     assert point_names([one]) == ["gemma · Xeon (2 cores) · llamacpp"]
+
+
+def test_plot_rows_of_two_hosts_with_the_same_hardware_are_told_apart() -> None:
+    """Two boxes with the same GPU and model read alike by `model · hardware · engine`."""
+    first = run("r1aaaaaa", "gemma", summary={"tasks": 5})
+    second = run("r2bbbbbb", "gemma", host=make_host("other-box", gpus=("NVIDIA H200 (GPU-b)",)))
+    second = replace(second, summary={"tasks": 5})
+    labels = row_labels([first, second])
+    assert len(set(labels)) == 2
+    assert "run r1aaaaaa" in labels[0] and "run r2bbbbbb" in labels[1]

@@ -14,13 +14,14 @@ from matplotlib.typing import RcKeyType
 
 from openjarvis.report.runs import (
     Interval,
+    distinct_labels,
     figure,
     hardware_label,
     is_cloud,
     is_estimate,
     run_tasks_text,
     scaled,
-    short_label,
+    suite_name,
 )
 from openjarvis.store import RunRecord
 
@@ -159,12 +160,17 @@ def log_scale_if_wide(axes: Axes, values: Sequence[float | None], axis: str) -> 
 
 
 def row_labels(runs: Sequence[RunRecord]) -> list[str]:
-    """`model · hardware · engine`, the suite where the rows are of more than one, and n (the
-    tasks behind the run's figures)."""
-    suites = len({run.suite for run in runs}) > 1
+    """`model · hardware · engine`, told apart where runs would read alike (runs.distinct_labels:
+    the suite, the energy method and scope, the run id), the suite where the rows are of more
+    than one, and n (the tasks behind the run's figures)."""
+    labels = distinct_labels(runs)
+    if len({suite_name(run) for run in runs}) > 1:  # rows of several suites name theirs
+        for run in runs:
+            label = labels[run.id or ""]
+            if suite_name(run) not in label.split(" · "):
+                labels[run.id or ""] = f"{label} · {suite_name(run)}"
     return [
-        two_lines(short_label(run))
-        + (f" · {run.suite}" if suites else "")
+        two_lines(labels[run.id or ""])
         + f" · n = {run_tasks_text(run)}"
         + (" (estimate)" if is_estimate(run) else "")
         for run in runs
