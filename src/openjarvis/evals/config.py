@@ -18,7 +18,7 @@ from openjarvis.evals.harness import HarnessOptions, check_harness_tasks
 from openjarvis.evals.judge import JudgeSpec, check_judge
 from openjarvis.evals.suites import LoadedSuite, SuiteConfig, load_suite_config
 from openjarvis.power.types import Scope
-from openjarvis.runtime.cloud import METER_CHOICES
+from openjarvis.runtime.cloud import check_meter_choice
 from openjarvis.runtime.engines import (
     CAPABILITIES,
     ENGINE_KINDS,
@@ -107,13 +107,7 @@ class RunConfig:
             )
         if self.gpus not in ("engine", "all"):
             raise UserError(f"--gpus takes engine or all (got {self.gpus!r})")
-        if self.meter not in METER_CHOICES:
-            raise UserError(f"--meter takes {', '.join(METER_CHOICES)} (got {self.meter!r})")
-        if self.meter == "local" and self.engine == "anthropic":  # CloudEngine says it too
-            raise UserError(
-                "--meter local is for OpenAI-compatible servers on this machine: use "
-                "--engine openai, or --meter estimate"
-            )
+        check_meter_choice(self.engine, self.meter)
         self._check_concurrency()
 
     def _check_concurrency(self) -> None:

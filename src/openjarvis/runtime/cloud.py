@@ -37,6 +37,7 @@ __all__ = [
     "CloudSettings",
     "MeterChoice",
     "Provider",
+    "check_meter_choice",
     "measured_here",
     "on_this_machine",
 ]
@@ -64,6 +65,18 @@ class CloudSettings:
     timeout_s: float = 120.0
     max_retries: int = 4
     meter: MeterChoice = "auto"
+
+
+def check_meter_choice(provider: str, meter: str) -> None:
+    """--meter's value for a cloud engine of `provider`, refused in one line where it cannot
+    be (ipw measure checks it with the rest of its configuration, before anything opens)."""
+    if meter not in METER_CHOICES:
+        raise UserError(f"--meter takes {', '.join(METER_CHOICES)} (got {meter!r})")
+    if meter == "local" and provider != "openai":  # Anthropic's API is never served here
+        raise UserError(
+            "--meter local is for OpenAI-compatible servers on this machine: use "
+            "--engine openai, or --meter estimate"
+        )
 
 
 def on_this_machine(url: str) -> bool:
@@ -138,16 +151,10 @@ class CloudEngine:
         return self._counter.counted if self._counter is not None else 0
 
     def _metered_here(self, settings: CloudSettings) -> bool:
-        if settings.meter not in METER_CHOICES:
-            raise UserError(f"--meter takes {', '.join(METER_CHOICES)} (got {settings.meter!r})")
+        check_meter_choice(settings.provider, settings.meter)
         if settings.meter == "estimate":
             return False
         if settings.provider != "openai":  # Anthropic's API is never served on this machine
-            if settings.meter == "local":
-                raise UserError(
-                    "--meter local is for OpenAI-compatible servers on this machine: use "
-                    "--engine openai, or --meter estimate"
-                )
             return False
         if settings.meter == "local":
             return True
