@@ -57,9 +57,9 @@ class Level:
     accounting_cpu_s: float = 0.0
 
 
-def stream_one(client: httpx.Client, prompt: str, max_tokens: int) -> Reply:
+def stream_one(client: httpx.Client, model: str, prompt: str, max_tokens: int) -> Reply:
     body = {
-        "model": "default",
+        "model": model,  # the served model's name: the server refuses another
         "prompt": prompt,
         "max_tokens": max_tokens,
         "temperature": 0,
@@ -108,7 +108,7 @@ def counters_j(server: EnergyServer) -> float | None:
 
 
 def client_process(
-    base_url: str, threads: int, stop_at_s: float, max_tokens: int, first: int
+    base_url: str, model: str, threads: int, stop_at_s: float, max_tokens: int, first: int
 ) -> list[Reply]:
     """`threads` clients in one process (clients in the server's process would take its
     interpreter from it): each sends its next request as soon as its last one ended, until
@@ -123,7 +123,7 @@ def client_process(
             while time.monotonic() < stop_at_s:
                 with lock:
                     index = next(counter)
-                reply = stream_one(client, prompts[index % len(prompts)], max_tokens)
+                reply = stream_one(client, model, prompts[index % len(prompts)], max_tokens)
                 with lock:
                     replies.append(reply)
 
@@ -155,7 +155,15 @@ def run_level(
     start_s = time.monotonic()
     shares = [clients // processes + (i < clients % processes) for i in range(processes)]
     futures = [
-        pool.submit(client_process, base_url, n, start_s + seconds, max_tokens, 1000 * i)
+        pool.submit(
+            client_process,
+            base_url,
+            server.engine.model_name,
+            n,
+            start_s + seconds,
+            max_tokens,
+            1000 * i,
+        )
         for i, n in enumerate(shares)
         if n > 0
     ]
@@ -236,7 +244,7 @@ def report(levels: list[Level]) -> None:
         )
 
 
-def mixed(base_url: str, prompts: list[str]) -> None:
+def mixed(base_url: str, model: str, prompts: list[str]) -> None:
     """A 4-token request sent one second into a 300-token stream: it returns within its own
     generation time (the server's timing) plus a little, and the stream's [DONE] comes right
     after its last token."""
@@ -244,13 +252,13 @@ def mixed(base_url: str, prompts: list[str]) -> None:
 
     def long() -> None:
         with httpx.Client(base_url=base_url) as client:
-            results["long"] = stream_one(client, prompts[0], 300)
+            results["long"] = stream_one(client, model, prompts[0], 300)
 
     thread = threading.Thread(target=long)
     thread.start()
     time.sleep(1.0)
     with httpx.Client(base_url=base_url) as client:
-        results["short"] = stream_one(client, prompts[1], 4)
+        results["short"] = stream_one(client, model, prompts[1], 4)
     thread.join()
     short, stream = results["short"], results["long"]
     assert short.done_s is not None and stream.done_s is not None
@@ -299,9 +307,9 @@ def main() -> None:
                 f"method {server.meter.method}"
             )
             with httpx.Client(base_url=base_url) as client:  # warm-up: compile, caches
-                stream_one(client, prompts[0], 16)
+                stream_one(client, engine.model_name, prompts[0], 16)
             if args.mixed:
-                mixed(base_url, prompts)
+                mixed(base_url, engine.model_name, prompts)
             levels = []
             largest = max(levels_asked)
             with ProcessPoolExecutor(args.processes, mp_context=get_context("spawn")) as pool:
