@@ -17,6 +17,7 @@ from openjarvis.records import RunRecord
 from openjarvis.runtime.cloud import CloudEngine
 from openjarvis.runtime.engines import CAPABILITIES, ENGINE_KINDS
 from openjarvis.runtime.llamacpp import LlamaCppSettings
+from openjarvis.runtime.models import embedded_default
 
 __all__: list[str] = []
 
@@ -168,3 +169,23 @@ def test_a_run_stored_before_its_configuration_or_complete_is_not_resumed() -> N
     older.state = "complete"
     with pytest.raises(UserError, match="run 3f2a is already complete; nothing to resume"):
         prepare_resume(older)
+
+
+def test_model_files_are_stored_absolute_for_a_resume_from_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.gguf").symlink_to(embedded_default().path)
+    open_suite = '{"task_id": "q", "kind": "open_ended", "prompt": "Why?"}'
+    write_suite(tmp_path / "suites", [open_suite])
+    monkeypatch.chdir(tmp_path)
+    config = RunConfig(
+        model="models/m.gguf",
+        suite=SuiteConfig("suites/good.jsonl"),
+        judge=JudgeSpec("llamacpp", "models/m.gguf"),
+    )
+    prepared = prepare(config)
+    assert prepared.model is not None and prepared.judge_model is not None
+    assert prepared.config.model == str(prepared.model.path)
+    assert prepared.config.judge == JudgeSpec("llamacpp", str(prepared.judge_model.path))
+    assert Path(prepared.config.model).is_absolute()

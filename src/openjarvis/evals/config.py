@@ -194,9 +194,16 @@ def prepare(config: RunConfig) -> PreparedRun:
     judge_model = None if judge is None else resolve_engine_model(judge.engine_spec())
     # Paths as provenance, absolute, so that --resume from another folder finds them.
     config = replace(config, suite=replace(config.suite, name=suite.location))
-    if model is not None and config.model is not None and Path(config.model).expanduser().exists():
+    if _is_path(config.model) and model is not None:
         config = replace(config, model=str(model.path))
+    if judge is not None and _is_path(judge.model) and judge_model is not None:
+        config = replace(config, judge=replace(judge, model=str(judge_model.path)))
     return PreparedRun(config, suite, model, judge_model)
+
+
+def _is_path(model: str | None) -> bool:
+    """A model given as a file (not the embedded default, a catalog name or a cloud name)."""
+    return model is not None and Path(model).expanduser().exists()
 
 
 def _absolute_paths(config: RunConfig) -> RunConfig:
