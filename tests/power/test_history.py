@@ -62,9 +62,9 @@ def test_without_history_knots_stay_bounded_and_windows_resolve_the_same(
     kept, kept_energies, kept_knots = serve_windows(monkeypatch, tree, keep_history=True)
     assert None not in energies
     assert energies == kept_energies  # the very same numbers, window by window
-    # The run lasts minutes; a window's knots are kept until a minute after its tail closed
-    # (meter._KEEP_S: a server reads each result before its tail is known). So the knot count
-    # levels off within the first half, while with history it keeps growing with the windows.
+    # The run lasts minutes; knots are kept only back to the oldest window not yet settled and
+    # to what the accountant has split (a tail ends a second after its window at the latest).
+    # So the knot count levels off within the first half, while with history it keeps growing.
     half = WINDOWS // 2
     assert max(knots[half:]) <= 1.1 * max(knots[:half])
     assert kept_knots[-1] > 1.8 * kept_knots[half - 1]

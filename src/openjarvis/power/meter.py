@@ -7,7 +7,6 @@ window waits in its caller. Energy above idle between windows is the previous wi
 Windows that overlap share their intervals by the work each did there (`add_work`).
 """
 
-import copy
 import itertools
 import math
 import statistics
@@ -19,16 +18,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 
-from openjarvis.power.accounting import LOW_RESOLUTION_PERIODS, in_scope, sum_scope
+from openjarvis.power.accountant import REFRESH_GRACE_S, Accountant
+from openjarvis.power.accounting import in_scope, sum_scope
 from openjarvis.power.claims import Claim, claim_sources
 from openjarvis.power.discovery import discover_sources
 from openjarvis.power.edges import (
     Knot,
-    Share,
     Span,
     attribute,
-    before_split_fraction,
-    mean_batch,
 )
 from openjarvis.power.sources import EnergySource
 from openjarvis.power.track import Track
@@ -42,17 +39,12 @@ from openjarvis.power.types import (
     SourceEnergy,
     SourceStatus,
     TotalEnergy,
-    WindowEnergy,
     weakest_method,
 )
-from openjarvis.power.windows import Account, Ledger, WindowHandle
+from openjarvis.power.windows import Ledger, WindowHandle
 
 __all__ = ["Meter", "WindowHandle"]
 
-# How long a result waits for a counter that stopped refreshing, beyond its update period.
-_REFRESH_GRACE_S = 1.0
-# A power source read at under a quarter of its sampling rate is integrated too coarsely.
-MIN_SAMPLING_SHARE = 0.25
 # A lone window's tail (the device winding down, energy above idle) ends this long after it
 # at the latest, when no window opened before: its energy is then known about a second later.
 TAIL_S = 1.0
@@ -95,11 +87,8 @@ class Meter:
         self._tracks = [Track(source, clock) for source in sources]
         # The windows, overlap and tail bookkeeping, and the accountant's state.
         self._lock = threading.Lock()
-        self._pending: list[WindowHandle] = []  # windows not settled yet, in opening order
         self._active: list[WindowHandle] = []
         self._tail_owner: WindowHandle | None = None
-        self._cursors: list[Knot | None] = [None] * len(self._tracks)  # the last knot split
-        self._ledger: Ledger | None = None
         self._keys = itertools.count(1)
         # CPU time the accountant has spent (splitting and publishing), in whatever thread.
         self.accounting_cpu_s = 0.0
@@ -115,6 +104,10 @@ class Meter:
         self._stop_event = threading.Event()
         self._wake = threading.Event()  # a caller waits for a knot: read sooner than planned
         self._sampler_error: Exception | None = None
+        resolution_s = max((s.update_period_s for s in self.scoped_sources), default=0.0)
+        self._accountant = Accountant(
+            self._tracks, scope, resolution_s, self._idle_power_w, self._wake.set
+        )
 
     @classmethod
     def discover(
@@ -263,7 +256,7 @@ class Meter:
 
     def _wait_for_knots(self, time_s: float) -> None:
         """Until every source has a knot at or after `time_s` (or stopped refreshing)."""
-        deadline_s = time_s + self.resolution_s + _REFRESH_GRACE_S
+        deadline_s = time_s + self.resolution_s + REFRESH_GRACE_S
         hurried = False
         while (now_s := self._clock()) < deadline_s:
             if all(track.covers(time_s) for track in self._tracks):
@@ -284,7 +277,7 @@ class Meter:
         """Split intervals by this batching engine's step ledger: windows opened from now on
         carry a `key` for their requests (`ledger_key`). None: split by time again."""
         with self._lock:
-            self._ledger = ledger
+            self._accountant.ledger = ledger
 
     @contextmanager
     def window(
@@ -299,9 +292,10 @@ class Meter:
         with self._lock:  # edges read under the lock: the accountant sees every window in time
             start_s = self._read_edges()
             key = None
-            if self._ledger is not None:
+            ledger = self._accountant.ledger
+            if ledger is not None:
                 key = next(self._keys)
-                self._ledger.open(key)
+                ledger.open(key)
             handle = WindowHandle(
                 label, start_s, key, len(self._tracks), self._wait_published, on_settled
             )
@@ -312,7 +306,7 @@ class Meter:
             elif self._tail_owner is not None:
                 self._close_tail(start_s)  # the gap before this window is the last one's tail
             self._active.append(handle)
-            self._pending.append(handle)
+            self._accountant.pending.append(handle)
             self._forget(start_s)
         try:
             yield handle
@@ -361,8 +355,9 @@ class Meter:
         not yet settled and before what the accountant has split); under the lock."""
         if self.keep_history:
             return
-        horizon_s = min((w.start_s for w in self._pending), default=now_s)
-        for cursor, track in zip(self._cursors, self._tracks, strict=True):
+        accountant = self._accountant
+        horizon_s = min((w.start_s for w in accountant.pending), default=now_s)
+        for cursor, track in zip(accountant.cursors, self._tracks, strict=True):
             if cursor is None:
                 continue
             # takes the track's lock: never the other way round
@@ -397,210 +392,16 @@ class Meter:
             if owner is not None and owner.end_s is not None and now_s >= owner.end_s + TAIL_S:
                 self._close_tail(owner.end_s + TAIL_S)
             for index in range(len(self._tracks)):
-                self._account_track(index)
-            settled = self._publish(now_s)
+                self._accountant.account_track(index)
+            settled = self._accountant.publish(now_s)
             self.accounting_cpu_s += time.thread_time() - cpu_start_s
         for handle in settled:
-            if handle.key is not None and self._ledger is not None:
-                self._ledger.close(handle.key)
+            ledger = self._accountant.ledger
+            if handle.key is not None and ledger is not None:
+                ledger.close(handle.key)
             handle.settled_event.set()
             if handle.on_settled is not None:
                 handle.on_settled(handle)
-
-    def _account_track(self, index: int) -> None:
-        """Split one source's new intervals among the windows in them; under the lock."""
-        track, cursor = self._tracks[index], self._cursors[index]
-        knots, faults = track.knots_from(cursor.time_s if cursor is not None else -math.inf)
-        if not knots:
-            return
-        if cursor is None:
-            cursor = knots[0]
-        idle_w = self._idle_power_w(track.source.name)
-        pad_s = track.refresh.uncertainty_s if track.refresh is not None else 0.0
-        for knot in knots[1:]:
-            low_s, high_s = cursor.time_s, knot.time_s
-            inside = [
-                w
-                for w in self._pending
-                if w.start_s < high_s and (w.end_s is None or w.end_s > low_s)
-            ]
-            ledger = self._ledger
-            keyed = ledger is not None and any(w.key is not None for w in inside)
-            if keyed and ledger is not None and ledger.complete_s() < high_s:
-                ledger.when_complete(high_s, self._wake.set)  # a step in it has not landed
-                break
-            owner = self._gap_owner(low_s)
-            windows = inside if owner is None or owner in inside else [*inside, owner]
-            fault = next((reason for time_s, reason in faults if low_s <= time_s <= high_s), None)
-            if windows and fault is None:
-                spans = [self._span(w) for w in windows]
-                shares = attribute([cursor, knot], spans, idle_w, pad_s)
-                for window, share in zip(windows, shares, strict=True):
-                    account = window.accounts[index]
-                    _add_share(account.share, share)
-                    if share.energy_j:
-                        account.intervals.append((low_s, high_s, share.energy_j))
-            for window in windows:
-                account = window.accounts[index]
-                if fault is not None:
-                    account.reason = account.reason or fault
-                if window in inside and not account.started:
-                    account.started = True
-                    if low_s > window.start_s:  # the source missed the window's beginning
-                        account.reason = account.reason or "no-refresh"
-                end_s = window.end_s
-                if end_s is not None and low_s < end_s <= high_s:
-                    account.at_end = copy.copy(account.share)
-            cursor = knot
-        self._cursors[index] = cursor
-
-    def _gap_owner(self, low_s: float) -> WindowHandle | None:
-        """The window whose tail an interval from `low_s` would be: the one that closed last at
-        or before it, while its tail is open."""
-        closed = [
-            w
-            for w in self._pending
-            if w.end_s is not None
-            and w.end_s <= low_s
-            and (w.tail_end_s is None or w.tail_end_s > low_s)
-        ]
-        return max(closed, key=lambda w: w.end_s or 0.0, default=None)
-
-    def _span(self, window: WindowHandle) -> Span:
-        """The window as `attribute` takes it; its prefill split is applied at publication."""
-        end_s = window.end_s if window.end_s is not None else math.inf
-        if window.key is None or self._ledger is None:
-            return Span(window.start_s, end_s)
-        work = self._ledger.pieces(window.key)
-        return Span(window.start_s, end_s, None, work, reported=True)
-
-    def _publish(self, now_s: float) -> list[WindowHandle]:
-        """Publish each closed window whose sources are all decided, to its end and then with
-        its tail; returns those settled now (their events are set by the caller, unlocked)."""
-        settled = []
-        for window in list(self._pending):
-            end_s = window.end_s
-            if end_s is None:
-                continue
-            if window.energy is None:
-                if not self._decided(window, end_s, now_s):
-                    continue
-                window.energy = self._window_energy(window, final=False)
-                window.resolved.set()
-            tail_end_s = window.tail_end_s
-            if tail_end_s is None or not self._decided(window, tail_end_s, now_s):
-                continue
-            window.final = self._window_energy(window, final=True)
-            window.resolved.set()
-            self._pending.remove(window)
-            settled.append(window)
-        return settled
-
-    def _decided(self, window: WindowHandle, horizon_s: float, now_s: float) -> bool:
-        """Whether every source's share of `window` up to `horizon_s` is known (or known to be
-        unknown: a fault, a counter failing now, or one that stopped refreshing)."""
-        decided = True
-        deadline_s = horizon_s + self.resolution_s + _REFRESH_GRACE_S
-        for index, track in enumerate(self._tracks):
-            account = window.accounts[index]
-            cursor = self._cursors[index]
-            if account.reason is not None:
-                continue
-            if cursor is not None and cursor.time_s >= horizon_s:
-                if not account.started:
-                    account.reason = "no-refresh"  # no interval of it was ever split
-                continue
-            if (failing := track.failing()) is not None:
-                account.reason = failing
-            elif not track.covers(horizon_s) and now_s >= deadline_s:
-                account.reason = "no-refresh"  # the counter stopped refreshing
-            else:
-                decided = False
-        return decided
-
-    def _window_energy(self, window: WindowHandle, *, final: bool) -> WindowEnergy:
-        assert window.end_s is not None
-        sources = tuple(
-            self._source_energy(track, window, account, final)
-            for track, account in zip(self._tracks, window.accounts, strict=True)
-        )
-        total = sum_scope(sources, self.scope)
-        pieces = (
-            () if window.key is None or self._ledger is None else self._ledger.pieces(window.key)
-        )
-        return WindowEnergy(
-            label=window.label,
-            start_s=window.start_s,
-            end_s=window.end_s,
-            scope=self.scope,
-            method=total.method,
-            energy_j=total.energy_j,
-            net_energy_j=total.net_energy_j,
-            null_reason=total.null_reason,
-            sources=sources,
-            low_resolution=total.low_resolution,
-            overlapped=window.overlapped,
-            # Windows one after another may meet inside one interval, which their work then
-            # splits too; only a window that ran beside another shared the engine.
-            shared=window.overlapped and any(source.shared for source in sources),
-            mean_batch=mean_batch(pieces),
-            tail_energy_j=total.tail_j,
-            prefill_energy_j=total.prefill_j,
-            decode_energy_j=(
-                None
-                if total.prefill_j is None or total.energy_j is None
-                else total.energy_j - total.prefill_j
-            ),
-        )
-
-    def _source_energy(
-        self, track: Track, window: WindowHandle, account: Account, final: bool
-    ) -> SourceEnergy:
-        source = track.source
-        idle_w = self._idle_power_w(source.name)
-        assert window.end_s is not None
-        duration_s = window.end_s - window.start_s
-        low_resolution = duration_s < LOW_RESOLUTION_PERIODS * source.update_period_s
-        if source.reads == "power_w":  # integrated: too few readings inside the window
-            knots, _ = track.knots_around(window.start_s, window.end_s)
-            inside = sum(window.start_s <= k.time_s <= window.end_s for k in knots)
-            low_resolution |= inside < MIN_SAMPLING_SHARE * duration_s / track.sample_period_s
-        share = account.share if final else account.at_end or account.share
-        if account.reason is not None:
-            return SourceEnergy(
-                source.name,
-                source.domain,
-                source.method,
-                None,
-                None,
-                idle_w,
-                account.reason,
-                low_resolution,
-            )
-        tail_j: float | None = share.tail_j
-        energy_j, net_j = share.energy_j, share.net_j
-        if not final or idle_w is None:
-            energy_j, net_j, tail_j = energy_j - share.tail_j, net_j - share.tail_j, None
-        prefill_j = None
-        if window.split_s is not None:
-            span = self._span(window)
-            prefill_j = sum(
-                energy_j * before_split_fraction(span, window.split_s, low_s, high_s)
-                for low_s, high_s, energy_j in account.intervals
-                if low_s < window.split_s
-            )
-        return SourceEnergy(
-            source=source.name,
-            domain=source.domain,
-            method=source.method,
-            energy_j=energy_j,
-            net_energy_j=net_j if idle_w is not None else None,
-            idle_power_w=idle_w,
-            low_resolution=low_resolution,
-            tail_j=tail_j,
-            prefill_j=prefill_j,
-            shared=share.shared,
-        )
 
     def total(self) -> TotalEnergy:
         """Energy over the union of the closed windows and their closed tails: a joule in two
@@ -729,14 +530,6 @@ def _standard_error_w(knots: list[Knot]) -> float | None:
     if len(powers) < 2:
         return None
     return statistics.stdev(powers) / math.sqrt(len(powers))
-
-
-def _add_share(total: Share, part: Share) -> None:
-    """Add one interval's share of a window to what the window has so far."""
-    total.energy_j += part.energy_j
-    total.net_j += part.net_j
-    total.tail_j += part.tail_j
-    total.shared |= part.shared
 
 
 def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

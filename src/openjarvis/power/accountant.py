@@ -1,0 +1,253 @@
+"""The meter's accountant: splits each interval between two knots of a source once, in time
+order, among the windows in it (by a batching engine's step ledger where the meter follows one,
+else by time), and publishes each window once every source has passed its end, then its tail.
+
+It runs under the meter's lock, in the sampler's thread (or a waiter's, without a sampler): a
+pass costs what its new intervals cost, and no window waits for another's end.
+"""
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+
+from openjarvis.power.accounting import LOW_RESOLUTION_PERIODS, sum_scope
+from openjarvis.power.edges import (
+    Knot,
+    Share,
+    Span,
+    attribute,
+    before_split_fraction,
+    mean_batch,
+)
+from openjarvis.power.track import Track
+from openjarvis.power.types import Scope, SourceEnergy, WindowEnergy
+from openjarvis.power.windows import Account, Ledger, WindowHandle
+
+__all__ = ["REFRESH_GRACE_S", "Accountant"]
+
+# How long a result waits for a counter that stopped refreshing, beyond its update period.
+REFRESH_GRACE_S = 1.0
+# A power source read at under a quarter of its sampling rate is integrated too coarsely.
+MIN_SAMPLING_SHARE = 0.25
+
+
+class Accountant:
+    """The windows not settled yet, how far each source has been split, and the ledger."""
+
+    def __init__(
+        self,
+        tracks: Sequence[Track],
+        scope: Scope,
+        resolution_s: float,
+        idle_of: Callable[[str], float | None],
+        wake: Callable[[], None],
+    ) -> None:
+        self.tracks = tuple(tracks)
+        self.scope: Scope = scope
+        self.resolution_s = resolution_s  # the longest refresh period in scope
+        self._idle_of = idle_of  # a source's idle power (None: not measured)
+        self._wake = wake  # the sampler: the ledger is complete past an interval it waits on
+        self.pending: list[WindowHandle] = []  # windows not settled yet, in opening order
+        self.cursors: list[Knot | None] = [None] * len(self.tracks)  # the last knot split
+        self.ledger: Ledger | None = None
+
+    def account_track(self, index: int) -> None:
+        """Split one source's new intervals among the windows in them."""
+        track, cursor = self.tracks[index], self.cursors[index]
+        knots, faults = track.knots_from(cursor.time_s if cursor is not None else -math.inf)
+        if not knots:
+            return
+        if cursor is None:
+            cursor = knots[0]
+        idle_w = self._idle_of(track.source.name)
+        pad_s = track.refresh.uncertainty_s if track.refresh is not None else 0.0
+        for knot in knots[1:]:
+            low_s, high_s = cursor.time_s, knot.time_s
+            inside = [
+                w
+                for w in self.pending
+                if w.start_s < high_s and (w.end_s is None or w.end_s > low_s)
+            ]
+            ledger = self.ledger
+            keyed = ledger is not None and any(w.key is not None for w in inside)
+            if keyed and ledger is not None and ledger.complete_s() < high_s:
+                ledger.when_complete(high_s, self._wake)  # a step in it has not landed
+                break
+            owner = self._gap_owner(low_s)
+            windows = inside if owner is None or owner in inside else [*inside, owner]
+            fault = next((reason for time_s, reason in faults if low_s <= time_s <= high_s), None)
+            if windows and fault is None:
+                spans = [self._span(w) for w in windows]
+                shares = attribute([cursor, knot], spans, idle_w, pad_s)
+                for window, share in zip(windows, shares, strict=True):
+                    account = window.accounts[index]
+                    _add_share(account.share, share)
+                    if share.energy_j:
+                        account.intervals.append((low_s, high_s, share.energy_j))
+            for window in windows:
+                account = window.accounts[index]
+                if fault is not None:
+                    account.reason = account.reason or fault
+                if window in inside and not account.started:
+                    account.started = True
+                    if low_s > window.start_s:  # the source missed the window's beginning
+                        account.reason = account.reason or "no-refresh"
+                end_s = window.end_s
+                if end_s is not None and low_s < end_s <= high_s:
+                    account.at_end = copy.copy(account.share)
+            cursor = knot
+        self.cursors[index] = cursor
+
+    def _gap_owner(self, low_s: float) -> WindowHandle | None:
+        """The window whose tail an interval from `low_s` would be: the one that closed last at
+        or before it, while its tail is open."""
+        closed = [
+            w
+            for w in self.pending
+            if w.end_s is not None
+            and w.end_s <= low_s
+            and (w.tail_end_s is None or w.tail_end_s > low_s)
+        ]
+        return max(closed, key=lambda w: w.end_s or 0.0, default=None)
+
+    def _span(self, window: WindowHandle) -> Span:
+        """The window as `attribute` takes it; its prefill split is applied at publication."""
+        end_s = window.end_s if window.end_s is not None else math.inf
+        if window.key is None or self.ledger is None:
+            return Span(window.start_s, end_s)
+        work = self.ledger.pieces(window.key)
+        return Span(window.start_s, end_s, None, work, reported=True)
+
+    def publish(self, now_s: float) -> list[WindowHandle]:
+        """Publish each closed window whose sources are all decided, to its end and then with
+        its tail; returns those settled now (their events are set by the caller, unlocked)."""
+        settled = []
+        for window in list(self.pending):
+            end_s = window.end_s
+            if end_s is None:
+                continue
+            if window.energy is None:
+                if not self._decided(window, end_s, now_s):
+                    continue
+                window.energy = self._window_energy(window, final=False)
+                window.resolved.set()
+            tail_end_s = window.tail_end_s
+            if tail_end_s is None or not self._decided(window, tail_end_s, now_s):
+                continue
+            window.final = self._window_energy(window, final=True)
+            window.resolved.set()
+            self.pending.remove(window)
+            settled.append(window)
+        return settled
+
+    def _decided(self, window: WindowHandle, horizon_s: float, now_s: float) -> bool:
+        """Whether every source's share of `window` up to `horizon_s` is known (or known to be
+        unknown: a fault, a counter failing now, or one that stopped refreshing)."""
+        decided = True
+        deadline_s = horizon_s + self.resolution_s + REFRESH_GRACE_S
+        for index, track in enumerate(self.tracks):
+            account = window.accounts[index]
+            cursor = self.cursors[index]
+            if account.reason is not None:
+                continue
+            if cursor is not None and cursor.time_s >= horizon_s:
+                if not account.started:
+                    account.reason = "no-refresh"  # no interval of it was ever split
+                continue
+            if (failing := track.failing()) is not None:
+                account.reason = failing
+            elif not track.covers(horizon_s) and now_s >= deadline_s:
+                account.reason = "no-refresh"  # the counter stopped refreshing
+            else:
+                decided = False
+        return decided
+
+    def _window_energy(self, window: WindowHandle, *, final: bool) -> WindowEnergy:
+        assert window.end_s is not None
+        sources = tuple(
+            self._source_energy(track, window, account, final)
+            for track, account in zip(self.tracks, window.accounts, strict=True)
+        )
+        total = sum_scope(sources, self.scope)
+        pieces = () if window.key is None or self.ledger is None else self.ledger.pieces(window.key)
+        return WindowEnergy(
+            label=window.label,
+            start_s=window.start_s,
+            end_s=window.end_s,
+            scope=self.scope,
+            method=total.method,
+            energy_j=total.energy_j,
+            net_energy_j=total.net_energy_j,
+            null_reason=total.null_reason,
+            sources=sources,
+            low_resolution=total.low_resolution,
+            overlapped=window.overlapped,
+            # Windows one after another may meet inside one interval, which their work then
+            # splits too; only a window that ran beside another shared the engine.
+            shared=window.overlapped and any(source.shared for source in sources),
+            mean_batch=mean_batch(pieces),
+            tail_energy_j=total.tail_j,
+            prefill_energy_j=total.prefill_j,
+            decode_energy_j=(
+                None
+                if total.prefill_j is None or total.energy_j is None
+                else total.energy_j - total.prefill_j
+            ),
+        )
+
+    def _source_energy(
+        self, track: Track, window: WindowHandle, account: Account, final: bool
+    ) -> SourceEnergy:
+        source = track.source
+        idle_w = self._idle_of(source.name)
+        assert window.end_s is not None
+        duration_s = window.end_s - window.start_s
+        low_resolution = duration_s < LOW_RESOLUTION_PERIODS * source.update_period_s
+        if source.reads == "power_w":  # integrated: too few readings inside the window
+            knots, _ = track.knots_around(window.start_s, window.end_s)
+            inside = sum(window.start_s <= k.time_s <= window.end_s for k in knots)
+            low_resolution |= inside < MIN_SAMPLING_SHARE * duration_s / track.sample_period_s
+        share = account.share if final else account.at_end or account.share
+        if account.reason is not None:
+            return SourceEnergy(
+                source.name,
+                source.domain,
+                source.method,
+                None,
+                None,
+                idle_w,
+                account.reason,
+                low_resolution,
+            )
+        tail_j: float | None = share.tail_j
+        energy_j, net_j = share.energy_j, share.net_j
+        if not final or idle_w is None:
+            energy_j, net_j, tail_j = energy_j - share.tail_j, net_j - share.tail_j, None
+        prefill_j = None
+        if window.split_s is not None:
+            span = self._span(window)
+            prefill_j = sum(
+                energy_j * before_split_fraction(span, window.split_s, low_s, high_s)
+                for low_s, high_s, energy_j in account.intervals
+                if low_s < window.split_s
+            )
+        return SourceEnergy(
+            source=source.name,
+            domain=source.domain,
+            method=source.method,
+            energy_j=energy_j,
+            net_energy_j=net_j if idle_w is not None else None,
+            idle_power_w=idle_w,
+            low_resolution=low_resolution,
+            tail_j=tail_j,
+            prefill_j=prefill_j,
+            shared=share.shared,
+        )
+
+
+def _add_share(total: Share, part: Share) -> None:
+    """Add one interval's share of a window to what the window has so far."""
+    total.energy_j += part.energy_j
+    total.net_j += part.net_j
+    total.tail_j += part.tail_j
+    total.shared |= part.shared
