@@ -105,21 +105,41 @@ def test_a_pool_without_reuse_finds_nothing() -> None:
 PREFIX = [(7 * i + 3) % 240 for i in range(40)]  # two full blocks of 16 and 8 more tokens
 
 
-def _tiny(reuse: bool):
+def _tiny(reuse: bool, device: str):
     from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 
     settings = TorchSettings(
-        device="cpu", max_seq_len=128, seed=11, max_batch=4, reuse_prompt_cache=reuse
+        device=device,
+        max_seq_len=128,
+        seed=11,
+        max_batch=4,
+        reuse_prompt_cache=reuse,
+        compile=False,  # the GPU run checks the cache, not the compiled step
     )
     return TorchEngine("tiny-tp", settings)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _greedy(engine, prompt: list[int]) -> list[int]:
     return [token for token, _ in engine.generate_tokens(prompt, 12)]
 
 
-def test_greedy_tokens_are_the_same_with_a_cached_prefix() -> None:
-    cold, warm = _tiny(reuse=False), _tiny(reuse=True)
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param("cuda", marks=pytest.mark.skipif(not _has_cuda(), reason="no CUDA GPU")),
+    ],
+)
+def test_greedy_tokens_are_the_same_with_a_cached_prefix(device: str) -> None:
+    """Also on a GPU in bf16, where the tail after a cached prefix, computed in a smaller
+    batch than a cold prompt, could round otherwise."""
+    cold, warm = _tiny(reuse=False, device=device), _tiny(reuse=True, device=device)
     try:
         later = [*PREFIX, 11, 12, 13, 14, 15]
         assert _greedy(warm, PREFIX) == _greedy(cold, PREFIX)
