@@ -129,8 +129,8 @@ def concurrency_figures(
 def estimated_window(window: WindowEnergy, completion: Completion) -> WindowEnergy:
     """A cloud completion's energy is its token-based estimate (data/cloud_energy.csv),
     not what this machine drew meanwhile; idle subtraction does not apply to it (net unknown).
-    Neither does the window's split at the first token or its tail: those are this machine's
-    draw over time, so they are unknown here rather than a time split of someone else's."""
+    Neither does the window's split at the first token or its tail (this machine's draw over
+    time): prefill and decode are the estimate's own parts, by input and output tokens."""
     estimate = completion.energy_estimate
     if estimate is None:
         return window
@@ -151,8 +151,12 @@ def estimated_window(window: WindowEnergy, completion: Completion) -> WindowEner
         sources=(source,),
         low_resolution=False,
         tail_energy_j=None,
-        prefill_energy_j=None,
-        decode_energy_j=None,
+        prefill_energy_j=estimate.prefill_energy_j,
+        decode_energy_j=(
+            None
+            if estimate.prefill_energy_j is None
+            else estimate.energy_j - estimate.prefill_energy_j
+        ),
     )
 
 

@@ -10,12 +10,11 @@ __all__ = ["estimate_energy"]
 
 def estimate_energy(model: str, prompt_tokens: int, completion_tokens: int) -> EnergyEstimate:
     row = energy_class(model)
-    joules = (
-        completion_tokens * row.output_j_per_token + prompt_tokens * row.input_j_per_token
-    ) * row.pue
+    prefill_j = prompt_tokens * row.input_j_per_token * row.pue
+    joules = completion_tokens * row.output_j_per_token * row.pue + prefill_j
     basis = (
         f"data/cloud_energy.csv class {row.name} ({row.accelerator}, {row.source_date}): "
         f"{row.output_j_per_token} J/output token, {row.input_j_per_token} J/input token, "
         f"PUE {row.pue}"
     )
-    return EnergyEstimate(source=f"estimate:cloud:{row.name}", energy_j=joules, basis=basis)
+    return EnergyEstimate(f"estimate:cloud:{row.name}", joules, basis, prefill_energy_j=prefill_j)

@@ -81,6 +81,8 @@ class EnergyEstimate:
     source: str  # e.g. "estimate:cloud:frontier"
     energy_j: float
     basis: str
+    # The prompt tokens' part by the same constants (J per input token); None: not modelled.
+    prefill_energy_j: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
