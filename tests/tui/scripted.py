@@ -33,6 +33,7 @@ class ScriptedEngine:
     # The snapshot tests pass a clock that steps, so that timings and tokens/s repeat exactly.
     clock: Callable[[], float] = time.monotonic
     concurrency: int = 1
+    ledger: None = None  # one reply at a time: no step ledger
     requests: list[ChatRequest] = field(default_factory=list)
     closed: bool = False
 
