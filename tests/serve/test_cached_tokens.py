@@ -20,7 +20,7 @@ from openjarvis.serve.protocol import (
     energy_field,
     parse_request,
 )
-from openjarvis.store import log_request, open_store
+from openjarvis.store import log_request, open_store, request_logs
 from tests.serve.test_protocol import WINDOW
 from tests.store.test_store_concurrency import request
 
@@ -65,9 +65,10 @@ def test_ipw_requests_shows_cached_tokens_and_the_prefill_joules_saved(tmp_path:
     assert "960" not in second and "≈" not in second  # unknown shows as —, never as 0
 
 
-def test_jarvis_serve_on_the_torch_engine_reports_the_reused_prefix() -> None:
+def test_jarvis_serve_on_the_torch_engine_reports_the_reused_prefix(tmp_path: Path) -> None:
     """Two requests through the real server sharing a system prompt: the second's usage says
-    how many of its prompt tokens the engine took from its cache (whole blocks of 16)."""
+    how many of its prompt tokens the engine took from its cache (whole blocks of 16), and the
+    log prices them by the first's prefill joules per computed token."""
     pytest.importorskip("torch")
     pytest.importorskip("gguf")
     from openjarvis.runtime.models import resolve_model
@@ -77,7 +78,11 @@ def test_jarvis_serve_on_the_torch_engine_reports_the_reused_prefix() -> None:
     system = {"role": "system", "content": "You answer questions about Python. " * 10}
     usages = []
     try:
-        with running_server(engine) as server, httpx.Client(timeout=300) as client:
+        with (
+            open_store(str(tmp_path / "ipw.db")) as store,
+            running_server(engine, store) as server,
+            httpx.Client(timeout=300) as client,
+        ):
             for question in ("What is a list?", "What is a dict?"):
                 body = {
                     "model": engine.model_name,
@@ -87,9 +92,16 @@ def test_jarvis_serve_on_the_torch_engine_reports_the_reused_prefix() -> None:
                 reply = client.post(f"{server.url}/chat/completions", json=body)
                 assert reply.status_code == 200, reply.text
                 usages.append(reply.json()["usage"])
+            logged = request_logs(store)
     finally:
         engine.close()
     first, second = usages
     assert first["prompt_tokens_details"] == {"cached_tokens": 0}
     cached = second["prompt_tokens_details"]["cached_tokens"]
     assert cached % 16 == 0 and second["prompt_tokens"] - 16 - 8 < cached < second["prompt_tokens"]
+    cold, warm = logged
+    assert (cold.cached_tokens, warm.cached_tokens) == (0, cached)
+    assert cold.prefill_energy_j is not None and cold.prefill_energy_j > 0
+    price = cold.prefill_energy_j / cold.prompt_tokens  # it computed its whole prompt
+    assert cold.prefill_saved_j == 0.0
+    assert warm.prefill_saved_j == pytest.approx(cached * price)
