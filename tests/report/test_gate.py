@@ -16,7 +16,7 @@ from openjarvis.report.drawing import row_labels
 from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict
 from openjarvis.report.plot import Point
 from openjarvis.report.plots import point_names
-from openjarvis.report.runs import distinct_labels, suite_name
+from openjarvis.report.runs import distinct_labels, suite_name, suite_titles
 from openjarvis.report.uncertainty import run_figure_text
 from openjarvis.store import RunRecord, TaskResultRecord, open_store
 from tests.report.test_routing import make_task
@@ -302,3 +302,17 @@ def test_plot_rows_of_two_hosts_with_the_same_hardware_are_told_apart() -> None:
     labels = row_labels([first, second])
     assert len(set(labels)) == 2
     assert "run r1aaaaaa" in labels[0] and "run r2bbbbbb" in labels[1]
+
+
+def test_one_suite_name_over_other_tasks_is_another_section() -> None:
+    """Two files named good.jsonl with other tasks (or one edited between runs) are two suites:
+    their runs get sections of their own, titled with the start of each content hash; runs of
+    one content through two paths stay one section."""
+    here = run("q1", "gemma", suite="suites/good.jsonl", suite_sha256="aa" * 32)
+    there = run("q2", "small", suite="./good.jsonl", suite_sha256="aa" * 32)
+    edited = run("q3", "tiny", suite="good.jsonl", suite_sha256="bb" * 32)
+    runs = [here, there, edited]
+    found = gate(runs, {r.id or "": tasks(4, 2, 10.0) for r in runs})
+    titles = sorted((section.suite, len(section.entries)) for section in found)
+    assert titles == [("good.jsonl (aaaaaaaa)", 2), ("good.jsonl (bbbbbbbb)", 1)]
+    assert suite_titles([here, there]) == {"q1": "good.jsonl", "q2": "good.jsonl"}

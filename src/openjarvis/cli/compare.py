@@ -39,6 +39,7 @@ from openjarvis.report.runs import (
     run_row,
     scope_label,
     suite_name,
+    suite_titles,
 )
 from openjarvis.store import RunRecord, open_reader
 
@@ -103,8 +104,12 @@ def compare_command(
         entry(record, saved, labels[record.id or ""])
         for record, saved in zip(records, tasks, strict=True)
     ]
-    # A verdict weighs the same work: runs of another suite get none, and are said to differ.
-    other_suites = [e.run for e in entries[1:] if suite_name(e.run) != suite_name(records[0])]
+    # A verdict weighs the same work: runs of another suite (another name, or the same name
+    # over other tasks) get none, and are said to differ.
+    titles = suite_titles(records)
+    other_suites = [
+        e.run for e in entries[1:] if titles[e.run.id or ""] != titles[records[0].id or ""]
+    ]
     verdicts = [
         found_verdict
         for other in entries[1:]
@@ -118,7 +123,7 @@ def compare_command(
         )
         is not None
     ]
-    suites_line = _suites_line(records, other_suites)
+    suites_line = _suites_line(records, other_suites, titles)
     found = routing(
         records, {record.id or "": saved for record, saved in zip(records, tasks, strict=True)}
     )
@@ -127,7 +132,7 @@ def compare_command(
         data = _as_json(records, figures, comparisons)
         data["verdicts"] = [found_verdict.to_json() for found_verdict in verdicts]
         data["routing"] = routing_json(found) if found is not None else None
-        data["suites"] = {record.id: suite_name(record) for record in records}
+        data["suites"] = {record.id: titles[record.id or ""] for record in records}
         data["suites_note"] = suites_line
         console.file.write(json.dumps(data, indent=2) + "\n")
         return
@@ -196,11 +201,13 @@ def _routes_table(title: str, first: str, rows: list[tuple[str, Route]]) -> Tabl
     return table
 
 
-def _suites_line(records: list[RunRecord], other_suites: list[RunRecord]) -> str | None:
+def _suites_line(
+    records: list[RunRecord], other_suites: list[RunRecord], titles: dict[str, str]
+) -> str | None:
     """Which runs ran another suite than the baseline, and that no verdict spans suites."""
     if not other_suites:
         return None
-    listing = ", ".join(f"{_short(record)}: {suite_name(record)}" for record in records)
+    listing = ", ".join(f"{_short(record)}: {titles[record.id or '']}" for record in records)
     return (
         f"the runs ran different suites ({listing}): their ratios to {_short(records[0])} weigh "
         "different work, and no verdict is given across suites"

@@ -27,6 +27,7 @@ from openjarvis.report.runs import (
     scope_label,
     short_label,
     suite_name,
+    suite_titles,
 )
 from openjarvis.report.uncertainty import banded_energy_j, estimate_band
 from openjarvis.store import RunRecord, TaskResultRecord
@@ -237,9 +238,11 @@ def gate(
     """The runs' sections: measured before estimated, then the most runs and tasks first.
     Runs are named by `distinct_labels` over all of them, so no two read alike."""
     labels = distinct_labels(runs)
+    titles = suite_titles(runs)  # one name, other tasks: another section
     classes: dict[tuple[str, str, bool], list[RunRecord]] = {}
     for run in runs:
-        classes.setdefault(comparison_class(run), []).append(run)
+        _, scope, measured = comparison_class(run)
+        classes.setdefault((titles[run.id or ""], scope, measured), []).append(run)
     sections = [_section(key, members, tasks, labels) for key, members in classes.items()]
     return sorted(
         sections,

@@ -44,6 +44,7 @@ __all__ = [
     "scope_label",
     "short_label",
     "suite_name",
+    "suite_titles",
 ]
 
 # Figures with intervals that tables, CSV and JSON carry, in display order, with their headings.
@@ -182,6 +183,21 @@ def suite_name(run: RunRecord) -> str:
     path a suite file was given by)."""
     name = run.suite.split("?", 1)[0]
     return PurePath(name).name if "/" in name or "\\" in name else name
+
+
+def suite_titles(runs: Sequence[RunRecord]) -> dict[str, str]:
+    """Run id -> its suite as sections and verdicts tell suites apart: its name, with the start
+    of its content hash where runs of one name ran different tasks (two files named alike, a
+    file edited between runs). Runs stored before suites were hashed keep the plain name."""
+    hashes: dict[str, set[str | None]] = {}
+    for run in runs:
+        hashes.setdefault(suite_name(run), set()).add(run.suite_sha256)
+    titles = {}
+    for run in runs:
+        name, digest = suite_name(run), run.suite_sha256
+        differ = len(hashes[name]) > 1 and digest is not None
+        titles[run.id or ""] = f"{name} ({digest[:8]})" if differ and digest else name
+    return titles
 
 
 def distinct_labels(runs: Sequence[RunRecord]) -> dict[str, str]:
