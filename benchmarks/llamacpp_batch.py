@@ -177,7 +177,7 @@ def main() -> None:
         n_ctx=512,
         n_threads=args.threads,
         reuse_prompt_cache=False,
-        max_sequences=max(args.sequences),
+        concurrency=max(args.sequences),
     )
     engine = LlamaCppEngine(model.path, settings)  # our load path: threads, GPU placement
     llama = engine._llama

@@ -115,7 +115,7 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     settings = TorchSettings(
         max_seq_len=args.prompt + args.tokens + 16,
-        max_batch=max(batches),
+        concurrency=max(batches),
         compile=not args.no_compile,
     )
     started = time.monotonic()

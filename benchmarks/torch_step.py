@@ -186,7 +186,7 @@ def main() -> None:
 
     batches = [int(b) for b in args.batches.split(",")]
     settings = TorchSettings(
-        max_seq_len=args.context + 64, max_batch=max(batches), compile=not args.no_compile
+        max_seq_len=args.context + 64, concurrency=max(batches), compile=not args.no_compile
     )
     started = time.monotonic()
     engine = TorchEngine(args.preset, settings)

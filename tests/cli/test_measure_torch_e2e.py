@@ -47,7 +47,7 @@ def test_torch_engine_measures_and_stores_a_run(
     assert run.model_name == "gemma-3-270m-Q4_K_M"
     assert run.engine_settings["tp"] == 1
     # One task at a time: the engine holds KV cache (and on a GPU graphs) for one sequence.
-    assert run.engine_settings["max_batch"] == 1
+    assert run.engine_settings["concurrency"] == 1
     assert run.engine_settings["kv_cache_blocks"] == 1 + 4096 // 16
     assert run.engine_settings["device"] == "cpu"
     assert result.completion_tokens > 0

@@ -79,11 +79,11 @@ def test_the_capability_table_is_what_each_engine_says() -> None:
     """The table the configuration is checked against (without opening an engine) and the
     engines' own limits cannot drift apart."""
     assert set(CAPABILITIES) == set(ENGINE_KINDS)
-    assert CAPABILITIES["llamacpp"].concurrency == LlamaCppSettings().max_sequences
+    assert CAPABILITIES["llamacpp"].concurrency == LlamaCppSettings().concurrency
     assert CAPABILITIES["openai"].concurrency == CloudEngine.concurrency
     assert CAPABILITIES["anthropic"].concurrency == CloudEngine.concurrency
     torch_engine = pytest.importorskip("openjarvis.runtime.torch.engine")
-    assert CAPABILITIES["torch"].concurrency == torch_engine.TorchSettings().max_batch
+    assert CAPABILITIES["torch"].concurrency == torch_engine.TorchSettings().concurrency
 
 
 @pytest.mark.parametrize("engine", ENGINE_KINDS)

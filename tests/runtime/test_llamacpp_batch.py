@@ -23,7 +23,7 @@ PROMPTS = (
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LlamaCppEngine]:
-    settings = LlamaCppSettings(n_ctx=512, reuse_prompt_cache=False, max_sequences=4)
+    settings = LlamaCppSettings(n_ctx=512, reuse_prompt_cache=False, concurrency=4)
     engine = LlamaCppEngine(resolve_model(None).path, settings)
     yield engine
     engine.close()
@@ -86,7 +86,7 @@ def test_work_shares_sum_to_one_per_step(engine: LlamaCppEngine) -> None:
 def test_a_closed_stream_frees_its_sequence() -> None:
     import llama_cpp
 
-    settings = LlamaCppSettings(n_ctx=512, reuse_prompt_cache=False, max_sequences=2)
+    settings = LlamaCppSettings(n_ctx=512, reuse_prompt_cache=False, concurrency=2)
     engine = LlamaCppEngine(resolve_model(None).path, settings)
     try:
         long = GenerationRequest(PROMPTS[0], max_tokens=400)
@@ -113,7 +113,7 @@ def test_a_closed_stream_frees_its_sequence() -> None:
 
 
 def test_a_stream_left_open_is_ended_by_close() -> None:
-    settings = LlamaCppSettings(n_ctx=512, reuse_prompt_cache=False, max_sequences=1)
+    settings = LlamaCppSettings(n_ctx=512, reuse_prompt_cache=False, concurrency=1)
     engine = LlamaCppEngine(resolve_model(None).path, settings)
     stream = engine.stream(GenerationRequest(PROMPTS[0], max_tokens=400))
     next(stream)

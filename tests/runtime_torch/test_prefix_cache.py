@@ -112,7 +112,7 @@ def _tiny(reuse: bool, device: str):
         device=device,
         max_seq_len=128,
         seed=11,
-        max_batch=4,
+        concurrency=4,
         reuse_prompt_cache=reuse,
         compile=False,  # the GPU run checks the cache, not the compiled step
     )

@@ -26,7 +26,7 @@ TOKENS = 12
 
 def _engine(tp: int = 1, prefill_tokens: int = 2048) -> TorchEngine:
     settings = TorchSettings(
-        device="cpu", tp=tp, max_seq_len=64, seed=11, max_batch=8, prefill_tokens=prefill_tokens
+        device="cpu", tp=tp, max_seq_len=64, seed=11, concurrency=8, prefill_tokens=prefill_tokens
     )
     return TorchEngine("tiny-tp", settings)
 
@@ -193,7 +193,7 @@ def test_sampling_is_per_sequence_and_seeded(engine: TorchEngine) -> None:
 def test_the_cpu_cache_takes_at_most_a_share_of_the_memory_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Sized for max_batch full-length sequences unless the machine's free memory says less
+    """Sized for concurrency full-length sequences unless the machine's free memory says less
     (a laptop would otherwise be asked for gigabytes); with no room at all, one clear line."""
     from types import SimpleNamespace
 

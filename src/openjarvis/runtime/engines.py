@@ -58,7 +58,7 @@ class EngineSpec:
     tp: int = 1  # torch only: tensor-parallel processes, one per GPU
     # Requests in flight at once (`ipw measure --concurrency`, `jarvis serve --max-concurrency`),
     # when fewer than the engine's own: the torch engine sizes its KV cache and the CUDA graphs
-    # captured at start-up by it (its settings' max_batch).
+    # captured at start-up by it (its settings' concurrency).
     concurrency: int | None = None
     reuse_prompt_cache: bool = True
     timeout_s: float = 120.0  # cloud: longest wait for the next byte
@@ -99,8 +99,8 @@ def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
             tp=spec.tp, max_seq_len=spec.n_ctx, reuse_prompt_cache=spec.reuse_prompt_cache
         )
         if spec.concurrency is not None:
-            batch = min(spec.concurrency, torch_settings.max_batch)
-            torch_settings = replace(torch_settings, max_batch=batch)
+            batch = min(spec.concurrency, torch_settings.concurrency)
+            torch_settings = replace(torch_settings, concurrency=batch)
         return TorchEngine(model.path, torch_settings)
     if spec.kind == "llamacpp":
         from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings

@@ -53,7 +53,7 @@ class LlamaCppSettings:
     # Sequences decoded together, one token each per llama_decode; each holds n_ctx KV cells.
     # On 2 CPU cores 4 requests at once run 1.2-1.4x the tokens/s of one after another, 8
     # 1.5-1.7x, 2 nothing (docs/benchmarks.md); 1 takes requests strictly in turn.
-    max_sequences: int = 4
+    concurrency: int = 4
 
     def resolved_threads(self) -> int:
         return self.n_threads or psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
@@ -123,7 +123,7 @@ def _ggml_gpu_count() -> int:
 
 
 class LlamaCppEngine:
-    """Chat and plain completions over one GGUF file; up to `max_sequences` requests share each
+    """Chat and plain completions over one GGUF file; up to `concurrency` requests share each
     decode step."""
 
     kind = "llamacpp"
@@ -133,8 +133,8 @@ class LlamaCppEngine:
     ) -> None:
         check_gguf(model_path)
         self.settings = settings or LlamaCppSettings()
-        if self.settings.max_sequences < 1:
-            raise UserError(f"max_sequences must be at least 1, not {self.settings.max_sequences}")
+        if self.settings.concurrency < 1:
+            raise UserError(f"concurrency must be at least 1, not {self.settings.concurrency}")
         check_llama_cpp_runs(model_path, self.settings.n_gpu_layers)
         self._name = name or model_path.stem
         self._header = read_gguf_header(model_path)
@@ -181,14 +181,14 @@ class LlamaCppEngine:
             llama_cpp,
             self._llama,
             n_ctx=self.n_ctx,
-            max_sequences=self.settings.max_sequences,
+            concurrency=self.settings.concurrency,
             reuse_prompt_cache=self.settings.reuse_prompt_cache,
             is_end=self._is_end_of_generation,
         )
 
     @property
     def concurrency(self) -> int:
-        return self.settings.max_sequences
+        return self.settings.concurrency
 
     @property
     def ledger(self) -> StepLedger:
@@ -210,7 +210,7 @@ class LlamaCppEngine:
             "n_gpu_layers": self.settings.n_gpu_layers,
             "n_batch": self.settings.n_batch,
             "reuse_prompt_cache": self.settings.reuse_prompt_cache,
-            "max_sequences": self.settings.max_sequences,
+            "concurrency": self.settings.concurrency,
             "chat_template": self.chat_template.name,
             "memory_bandwidth_gb_per_s": self.bandwidth.gb_per_s if self.bandwidth else None,
         }
@@ -222,7 +222,7 @@ class LlamaCppEngine:
         """Yield text as it is decided: text that may still become a stop sequence is held.
 
         The request holds one of the scheduler's sequences until the stream is drained or
-        closed; beyond `max_sequences` streams, a stream waits for a free one.
+        closed; beyond `concurrency` streams, a stream waits for a free one.
         """
         start_s = time.monotonic()
         run = _Generation(self, request)

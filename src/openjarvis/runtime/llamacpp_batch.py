@@ -77,7 +77,7 @@ class BatchScheduler:
         llama: Any,  # llama_cpp.Llama: weights, vocabulary and its sampler chain
         *,
         n_ctx: int,
-        max_sequences: int,
+        concurrency: int,
         reuse_prompt_cache: bool,
         is_end: Callable[[int], bool],
     ) -> None:
@@ -89,21 +89,21 @@ class BatchScheduler:
         ctypes.pointer(params)[0] = llama.context_params  # a copy of the load's settings
         # Each sequence gets its own n_ctx cells (a KV stream per seq_id: attention reads only
         # its own sequence's cells, which a unified buffer would not).
-        params.n_seq_max = max_sequences
-        params.n_ctx = n_ctx * max_sequences
+        params.n_seq_max = concurrency
+        params.n_ctx = n_ctx * concurrency
         params.kv_unified = False
         self._n_batch = params.n_batch
         self._context = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
         if llama_cpp.llama_n_ctx_seq(self._context.ctx) < n_ctx:
             self._context.close()
             raise UserError(
-                f"llama.cpp gave each of {max_sequences} sequences fewer than {n_ctx} tokens of "
+                f"llama.cpp gave each of {concurrency} sequences fewer than {n_ctx} tokens of "
                 "context; lower --n-ctx or the number of sequences"
             )
         self._batch = _internals.LlamaBatch(
-            n_tokens=max(self._n_batch, max_sequences), embd=0, n_seq_max=1, verbose=False
+            n_tokens=max(self._n_batch, concurrency), embd=0, n_seq_max=1, verbose=False
         )
-        self._free = [_Slot(seq_id) for seq_id in range(max_sequences)]
+        self._free = [_Slot(seq_id) for seq_id in range(concurrency)]
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
         self._condition = threading.Condition()

@@ -21,7 +21,7 @@ class TorchSettings:
     max_seq_len: int = 4096
     # Sequences decoded together at most (the engine's concurrency); the KV cache holds this
     # many full-length sequences where memory allows.
-    max_batch: int = 64
+    concurrency: int = 64
     prefill_tokens: int = 2048  # prompt tokens per prefill step (longer prompts: in chunks)
     # Keep the KV blocks of prompts by content and reuse a shared prefix (chat turns, a system
     # prompt); a benchmark measures every request from a cold cache instead (off).

@@ -55,8 +55,8 @@ class TorchEngine:
         settings = self.settings
         if settings.tp < 1:
             raise UserError(f"--tp must be at least 1, not {settings.tp}")
-        if settings.max_batch < 1:
-            raise UserError(f"--max-batch must be at least 1, not {settings.max_batch}")
+        if settings.concurrency < 1:
+            raise UserError(f"concurrency must be at least 1, not {settings.concurrency}")
         if settings.device == "cuda" and torch.cuda.device_count() < settings.tp:
             raise UserError(
                 f"--tp {settings.tp} needs {settings.tp} GPUs; {torch.cuda.device_count()} visible"
@@ -90,7 +90,7 @@ class TorchEngine:
         self.config = self._runner.model.config
         pool = BlockPool(self._runner.blocks, BLOCK_SIZE, reuse=settings.reuse_prompt_cache)
         self._scheduler = Scheduler(
-            pool, settings.max_batch, settings.prefill_tokens, self.config.max_seq_len
+            pool, settings.concurrency, settings.prefill_tokens, self.config.max_seq_len
         )
         self.roofline = DecodeRoofline(self.config, settings.dtype)
         self._steps = StepLoop(self._runner, self._scheduler, chains=settings.tp == 1)
@@ -107,7 +107,7 @@ class TorchEngine:
 
     @property
     def concurrency(self) -> int:
-        return self.settings.max_batch
+        return self.settings.concurrency
 
     def settings_dict(self) -> dict[str, object]:
         return {

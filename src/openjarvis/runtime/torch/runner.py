@@ -114,10 +114,10 @@ class StepInputs:
         )
 
 
-def batch_buckets(max_batch: int) -> tuple[int, ...]:
-    """Decode batch sizes with a CUDA graph each: powers of two up to max_batch, and it."""
-    sizes = [1 << i for i in range(max_batch.bit_length()) if 1 << i < max_batch]
-    return (*sizes, max_batch)
+def batch_buckets(concurrency: int) -> tuple[int, ...]:
+    """Decode batch sizes with a CUDA graph each: powers of two up to concurrency, and it."""
+    sizes = [1 << i for i in range(concurrency.bit_length()) if 1 << i < concurrency]
+    return (*sizes, concurrency)
 
 
 class Runner:
@@ -142,14 +142,14 @@ class Runner:
         if self.decode_gemvs is not None:
             self.fused_gemv_table = self.decode_gemvs.summary()
         config = self.model.config
-        self.max_batch = settings.max_batch
-        self.blocks = self._cache_blocks(settings.max_batch, config.max_seq_len, dtype)
+        self.concurrency = settings.concurrency
+        self.blocks = self._cache_blocks(settings.concurrency, config.max_seq_len, dtype)
         self.model.setup_caches(self.blocks, BLOCK_SIZE, dtype)
         self.table_width = -(-config.max_seq_len // BLOCK_SIZE)
         self.decode: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = self._decode
         if settings.compile:
             # One compiled graph per decode bucket (static shapes within each).
-            limit = max(64, 2 * len(batch_buckets(self.max_batch)))
+            limit = max(64, 2 * len(batch_buckets(self.concurrency)))
             torch._dynamo.config.cache_size_limit = limit
             self.decode = torch.compile(
                 self._decode, fullgraph=True, dynamic=False, mode=settings.compile_mode
@@ -161,16 +161,16 @@ class Runner:
             self.static = StepInputs(
                 True,
                 True,
-                torch.zeros(self.max_batch, 1, dtype=torch.long, device=self.device),
-                torch.zeros(self.max_batch, 1, dtype=torch.long, device=self.device),
-                torch.zeros(self.max_batch, 1, dtype=torch.long, device=self.device),
-                torch.zeros(self.max_batch, width, dtype=torch.int32, device=self.device),
+                torch.zeros(self.concurrency, 1, dtype=torch.long, device=self.device),
+                torch.zeros(self.concurrency, 1, dtype=torch.long, device=self.device),
+                torch.zeros(self.concurrency, 1, dtype=torch.long, device=self.device),
+                torch.zeros(self.concurrency, width, dtype=torch.int32, device=self.device),
             )
             # Every bucket is compiled and captured now, largest first (as nano-vllm does):
             # done lazily, the first batch of each size paid seconds of compilation inside
             # its requests' time and energy (measured on the H200 with the embedded model).
             # The scratch block is all the capture writes.
-            for bucket in reversed(batch_buckets(self.max_batch)):
+            for bucket in reversed(batch_buckets(self.concurrency)):
                 self.graphs[bucket] = self._capture(bucket)
 
     def _join_group(self, spec: Spec, dtype: torch.dtype) -> Callable[[Transformer], Cut]:
@@ -204,12 +204,12 @@ class Runner:
             self.decode_gemvs.for_shape if self.decode_gemvs else None,
         )
 
-    def _cache_blocks(self, max_batch: int, max_seq_len: int, dtype: torch.dtype) -> int:
-        """Blocks for max_batch full-length sequences, or what fits in the free memory (the
+    def _cache_blocks(self, concurrency: int, max_seq_len: int, dtype: torch.dtype) -> int:
+        """Blocks for concurrency full-length sequences, or what fits in the free memory (the
         GPU's, or the machine's on the CPU); the same on every rank (the smallest), since every
         rank must hold every block."""
         config = self.model.config
-        wanted = max_batch * -(-max_seq_len // BLOCK_SIZE) + 1  # + the scratch block
+        wanted = concurrency * -(-max_seq_len // BLOCK_SIZE) + 1  # + the scratch block
         kv_heads = config.n_kv_heads // self.world_size
         element = torch.finfo(dtype).bits // 8
         block_bytes = 2 * config.n_layers * BLOCK_SIZE * kv_heads * config.head_dim * element
@@ -269,7 +269,7 @@ class Runner:
 
     def _replay(self, inputs: StepInputs) -> Tensor:
         batch = inputs.tokens.size(0)
-        bucket = next(size for size in batch_buckets(self.max_batch) if size >= batch)
+        bucket = next(size for size in batch_buckets(self.concurrency) if size >= batch)
         static = self.static
         static.tokens[:batch] = inputs.tokens
         static.positions[:batch] = inputs.positions

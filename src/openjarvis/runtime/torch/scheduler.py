@@ -90,10 +90,10 @@ class Step:
 
 class Scheduler:
     def __init__(
-        self, pool: BlockPool, max_batch: int, prefill_tokens: int, max_seq_len: int
+        self, pool: BlockPool, concurrency: int, prefill_tokens: int, max_seq_len: int
     ) -> None:
         self.pool = pool
-        self.max_batch = max_batch
+        self.concurrency = concurrency
         self.prefill_tokens = prefill_tokens  # chunked prefill: tokens per prefill step
         self.max_seq_len = max_seq_len
         self.waiting: deque[Sequence] = deque()
@@ -122,7 +122,7 @@ class Scheduler:
     @property
     def can_admit(self) -> bool:
         """A waiting sequence could start now: decoding should make way for its prefill."""
-        if not self.waiting or len(self.running) >= self.max_batch:
+        if not self.waiting or len(self.running) >= self.concurrency:
             return False
         sequence = self.waiting[0]
         return self.pool.can_take(self.pool.blocks_for(sequence.length), self._hits(sequence))
@@ -175,7 +175,7 @@ class Scheduler:
         return Step("decode", rows), kept
 
     def _admit(self) -> None:
-        while self.waiting and len(self.running) < self.max_batch:
+        while self.waiting and len(self.running) < self.concurrency:
             sequence = self.waiting[0]
             needed = self.pool.blocks_for(sequence.length)
             hits = self._hits(sequence)
