@@ -238,12 +238,12 @@ class LlamaCppEngine:
             start_s=start_s,
             clock=time.monotonic,
             finish=lambda outcome: self._completion(
-                outcome, run.prompt_tokens, tuple(sequence.work)
+                outcome, run.prompt_tokens, tuple(sequence.work), sequence.reused
             ),
         )
 
     def _completion(
-        self, outcome: Outcome, prompt_tokens: int, work: tuple[WorkPiece, ...]
+        self, outcome: Outcome, prompt_tokens: int, work: tuple[WorkPiece, ...], reused: int
     ) -> Completion:
         generated = len(outcome.token_times_s)
         context_tokens = prompt_tokens + generated / 2  # mean context over the decode
@@ -254,6 +254,7 @@ class LlamaCppEngine:
             ),
             bandwidth_bytes_per_s=self.bandwidth.bytes_per_s if self.bandwidth else None,
             work=work,
+            cached_tokens=reused,
         )
 
     # ---- log-likelihood (lm-eval's loglikelihood requests use these) ------------------------

@@ -46,6 +46,7 @@ class Sequence:
     fed: list[int] = field(default_factory=list)
     produced: int = 0
     last: int = -1
+    reused: int = 0  # prompt tokens whose KV cells the slot already held (not computed again)
 
     def tokens(self, wake: Callable[[], None]) -> Iterator[tuple[int, float]]:
         """(token, arrival time) until the scheduler ends the sequence; closing the iterator
@@ -207,6 +208,7 @@ class BatchScheduler:
         reused = _common_prefix(sequence.slot.cached, sequence.prompt)
         if reused == len(sequence.prompt):
             reused -= 1
+        sequence.reused = reused
         self._llama_cpp.llama_memory_seq_rm(self._context.memory, seq_id, reused, -1)
         sequence.fed = list(sequence.prompt[:reused])
         sequence.sampler = self._sampler(sequence)
