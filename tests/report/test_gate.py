@@ -16,7 +16,7 @@ from openjarvis.report.drawing import row_labels
 from openjarvis.report.gate import gate, headline, section_frontier, shared_figures, verdict
 from openjarvis.report.plot import Point
 from openjarvis.report.plots import point_names
-from openjarvis.report.runs import distinct_labels, suite_name, suite_titles
+from openjarvis.report.runs import distinct_labels, is_cloud, suite_name, suite_titles
 from openjarvis.report.uncertainty import run_figure_text
 from openjarvis.store import RunRecord, TaskResultRecord, open_store
 from tests.report.test_routing import make_task
@@ -316,3 +316,9 @@ def test_one_suite_name_over_other_tasks_is_another_section() -> None:
     titles = sorted((section.suite, len(section.entries)) for section in found)
     assert titles == [("good.jsonl (aaaaaaaa)", 2), ("good.jsonl (bbbbbbbb)", 1)]
     assert suite_titles([here, there]) == {"q1": "good.jsonl", "q2": "good.jsonl"}
+
+
+def test_a_server_on_this_machine_metered_here_is_local_not_cloud() -> None:
+    served = run("s1", "gemma", engine="openai", engine_settings={"meter": "local"})
+    remote = run("s2", "gpt-4o", engine="openai", engine_settings={"meter": "estimate"})
+    assert not is_cloud(served) and is_cloud(remote) and not is_cloud(run("s3", "gemma"))

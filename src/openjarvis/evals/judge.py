@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from openjarvis import __version__
 from openjarvis.errors import UserError
 from openjarvis.evals.types import ExecutionResult, ExecutionStatus, Task
+from openjarvis.runtime.cloud import measured_here
 from openjarvis.runtime.engines import (
     ENGINE_KINDS,
-    LOCAL_ENGINE_KINDS,
     EngineSpec,
     open_engine,
 )
@@ -180,7 +180,7 @@ class Judge:
             if self._chat
             else GenerationRequest(prompt, _JUDGE_MAX_TOKENS)
         )
-        local = self.engine.kind in LOCAL_ENGINE_KINDS
+        local = measured_here(self.engine)  # a local engine, or a server on this machine
         window: WindowHandle | None = None
         if local:
             with self._meter.window(f"judge:{task.task_id}") as window:
@@ -354,7 +354,7 @@ def judging(
                     "prompting": "chat-template" if chat else "completion",
                 },
                 energy_scope=run.energy_scope,
-                energy_method=meter.method if engine.kind in LOCAL_ENGINE_KINDS else "estimate",
+                energy_method=meter.method if measured_here(engine) else "estimate",
                 sandbox_isolation="none: verdicts are text",
                 tool_version=__version__,
                 model_kind=kind.kind if kind is not None else None,

@@ -63,8 +63,9 @@ Interval = tuple[float | None, float | None, float | None]  # value, low, high
 
 
 def is_cloud(run: RunRecord) -> bool:
-    """A run on a remote API, whose energy nobody here can read."""
-    return run.engine not in LOCAL_ENGINE_KINDS
+    """A run on a remote API, whose energy nobody here can read (a server on the measuring
+    machine, metered with its sources, is local: its engine settings say `meter: local`)."""
+    return run.engine not in LOCAL_ENGINE_KINDS and run.engine_settings.get("meter") != "local"
 
 
 def is_estimate(run: RunRecord) -> bool:
