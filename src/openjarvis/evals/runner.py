@@ -348,8 +348,12 @@ def _execute(
         energy_note=run_energy.shared_note(run, run_energy.energy_note(meter, engine, results)),
         sandbox_isolation=sandbox.isolation,
         sandbox_note=sandbox.isolation_note,
+        # Sources present but unreadable; hardware this machine does not have (no-device) is
+        # left to `ipw power`, or every summary would list every vendor's library.
         unavailable_sources=[
-            f"{s.name}: {s.detail or s.reason}" for s in meter.statuses if not s.available
+            f"{s.name}: {s.detail or s.reason}"
+            for s in meter.statuses
+            if not s.available and s.reason != "no-device"
         ],
         resumed_tasks=len(done),
         model_kind=run.model_kind,
