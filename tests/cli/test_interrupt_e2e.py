@@ -54,7 +54,11 @@ def test_ctrl_c_with_tasks_in_flight_answers_at_once_and_a_second_stops(tmp_path
     threading.Thread(target=_lines, args=(process.stderr, lines), daemon=True).start()
     seen: list[str] = []
     try:
-        _wait_for(lines, "task(s) to run", 600, seen)  # the tasks are in flight
+        _wait_for(lines, "task(s) to run", 600, seen)
+        # Said just before the workers start: a Ctrl-C at once can find no task generating yet
+        # (then nothing is in flight and the run stops at the first). Two seconds in, the first
+        # four are generating (the eight take about 20 s here).
+        time.sleep(2.0)
         process.send_signal(signal.SIGINT)
         assert _wait_for(lines, "stopping: the tasks in flight finish generating", 5, seen) < 5
         time.sleep(0.5)
