@@ -340,3 +340,28 @@ def test_an_exception_in_the_window_still_leaves_a_result(
     assert window.result.duration_s == 1.0
     with pytest.raises(RuntimeError, match="still open"), meter.window("open") as open_window:
         open_window.result  # noqa: B018 - reading it is the test
+
+
+def test_a_result_awaited_when_the_sampler_dies_raises_instead_of_hanging() -> None:
+    """Results are published by the sampler's thread: a waiter whose sampler died is told."""
+
+    class BreaksLater(EnergySource):
+        name, domain, method, reads = "fake:breaks", "gpu", "counter", "energy_j"
+        update_period_s = sample_period_s = 0.01
+        edge_reads = False  # read by the sampler only
+        broken = False
+
+        def read(self) -> float:
+            if self.broken:
+                raise ZeroDivisionError("a bug, not a hardware problem")
+            return 100.0 * time.monotonic()
+
+    source = BreaksLater()
+    meter = Meter([source], "accelerator", statuses=[])
+    meter.start()
+    with meter.window("task") as window:
+        source.broken = True  # the sampler dies before the counter passes the window's end
+    started_s = time.monotonic()
+    with pytest.raises(RuntimeError, match="sampler"):
+        window.result  # noqa: B018 - reading it is the test
+    assert time.monotonic() - started_s < 5.0

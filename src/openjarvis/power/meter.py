@@ -371,7 +371,8 @@ class Meter:
             return
         if self.running:
             self._wake.set()
-            event.wait()
+            while not event.wait(timeout=1.0):
+                self._raise_sampler_error()  # a dead sampler publishes nothing: say why
             return
         while not event.is_set():
             delay_s = self.poll()

@@ -157,6 +157,7 @@ class BatchScheduler:
             failure = UserError(f"llama.cpp failed while decoding ({error}); load the model again")
             failure.__cause__ = error
         finally:
+            self.ledger.idle()  # no step will land: the meter must not wait for one
             with self._condition:
                 self._closed = True
                 stranded = {id(s): s for s in [*admitted, *self._running, *self._waiting]}

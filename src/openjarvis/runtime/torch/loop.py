@@ -87,6 +87,7 @@ class StepLoop:
                     sequence.outbox.put(error)
                 self._inbox = []
             scheduler.fail(error)
+            self.ledger.idle()  # no step will land: the meter must not wait for one
 
     def _run(self, step: Step) -> None:
         """Run a step. A decode step is followed by its continuations (Scheduler.continued)
