@@ -1,10 +1,11 @@
 """The Meter: owns the energy sources and measures labelled windows, idle power and traces.
 
 A background sampler reads every source (NVML's counter just after each refresh) and keeps
-knots of known energy; a window only notes its edges (cheap sources are read there too) and
-its energy is attributed from the knots once the counters have refreshed past its end, so no
-window waits in its caller. Energy above idle between windows is the previous window's tail.
-Windows that overlap share their intervals by the work each did there (`add_work`).
+knots of known energy; a window only notes its edges (cheap sources are read there too). The
+accountant (accountant.py) splits each interval between knots once, in time order, by a
+batching engine's step ledger where the meter follows one, and publishes each window about one
+refresh after its end: no window waits for another's, nobody polls. Energy above idle between
+windows is the previous window's tail, a second at most after a lone window.
 """
 
 import itertools
