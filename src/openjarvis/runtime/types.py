@@ -100,8 +100,9 @@ class Completion:
     memory_bandwidth_utilisation: float | None = None
     cost_usd: float | None = None  # what a paid API charged; None for local engines
     energy_estimate: EnergyEstimate | None = None  # set only where no meter can read the energy
-    # The steps of a batching engine this request took part in; empty from engines that run
-    # one request at a time (all of a window's energy is then its own).
+    # The steps of a batching engine this request took part in (its mean batch, for the record
+    # and for bytes per token); empty from engines that run one request at a time. The meter
+    # splits shared energy by the engine's step ledger as steps land, not by this list.
     work: tuple[WorkPiece, ...] = ()
     # Prompt tokens whose keys and values came from the engine's cache instead of being
     # computed (a prefix shared with an earlier request); None: the engine does not say.
