@@ -16,7 +16,7 @@ from openjarvis import __version__
 from openjarvis.errors import RunInterrupted, UserError
 from openjarvis.evals import run_energy
 from openjarvis.evals.config import PreparedRun, RunConfig, prepare
-from openjarvis.evals.judge import judging, opened_judge
+from openjarvis.evals.judge import OpenJudge, judging, opened_judge
 from openjarvis.evals.prompting import Prompting, answer_task, run_prompting, task_request
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import score_completions
@@ -30,7 +30,7 @@ from openjarvis.metrics import (
     task_figures,
     window_flags,
 )
-from openjarvis.power import Meter, WindowHandle
+from openjarvis.power import Meter, WindowHandle, quiet
 from openjarvis.power.edges import mean_batch
 from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
 from openjarvis.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
@@ -137,21 +137,10 @@ def run_measure(
             run_id = store.create_run(run)
             run.id = run_id
             on_run(run_id)
-            with (
-                judging(judge, tasks, meter, store, run) as judged_tasks,
-                run_energy.watching_machine("tasks", meter) as tasks_watch,
-            ):
-                result = _execute(
-                    spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
-                )
-            result.figures, result.energy_note = run_energy.complete_summary(
-                store,
-                result.run_id,
-                result.figures,
-                result.energy_note,
-                (idle_watch, tasks_watch),
-                meter,
-            )
+            result = _measure_tasks(
+                spec, run, judge, tasks, engine, sandbox, meter, store, on_start, on_task,
+                idle_watch,
+            )  # fmt: skip
             return replace(result, energy_coverage=run.energy_coverage)
     finally:
         engine.close()
@@ -210,25 +199,40 @@ def resume_measure(
                 meter.idle = IdleBaseline(spec.idle_seconds, dict(run.idle_power_w))
                 store.resume_run(run.id or run_id)
                 on_run(run.id or run_id)
-                with (
-                    judging(judge, tasks, meter, store, run) as judged_tasks,
-                    run_energy.watching_machine("tasks", meter) as tasks_watch,
-                ):
-                    result = _execute(
-                        spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
-                    )
-                result.figures, result.energy_note = run_energy.complete_summary(
-                    store,
-                    result.run_id,
-                    result.figures,
-                    result.energy_note,
-                    (None, tasks_watch),
-                    meter,
-                )
+                result = _measure_tasks(
+                    spec, run, judge, tasks, engine, sandbox, meter, store, on_start, on_task,
+                    None,  # the idle was measured by the part that started the run
+                )  # fmt: skip
                 coverage = run.energy_coverage or meter.coverage.to_dict()  # older runs: now
                 return replace(result, energy_coverage=coverage)
         finally:
             engine.close()
+
+
+def _measure_tasks(
+    spec: RunConfig,
+    run: RunRecord,
+    judge: OpenJudge | None,
+    tasks: list[Task],
+    engine: Engine,
+    sandbox: Sandbox,
+    meter: Meter,
+    store: Store,
+    on_start: StartCallback,
+    on_task: ProgressCallback,
+    idle_watch: quiet.Watch | None,
+) -> MeasureResult:
+    """The tasks measured (judged where the run has a judge) while what else the machine does is
+    watched; the summary completed with that check. A new run and a resumed one alike."""
+    with (
+        judging(judge, tasks, meter, store, run) as judged_tasks,
+        run_energy.watching_machine("tasks", meter) as tasks_watch,
+    ):
+        result = _execute(spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task)
+    result.figures, result.energy_note = run_energy.complete_summary(
+        store, result.run_id, result.figures, result.energy_note, (idle_watch, tasks_watch), meter
+    )
+    return result
 
 
 def _metering(
