@@ -57,7 +57,7 @@ def test_ctrl_c_with_tasks_in_flight_answers_at_once_and_a_second_stops(tmp_path
         _wait_for(lines, "task(s) to run", 600, seen)
         # Said just before the workers start: a Ctrl-C at once can find no task generating yet
         # (then nothing is in flight and the run stops at the first). Two seconds in, the first
-        # four are generating (the eight take about 20 s here).
+        # four are generating (in a run here, they took 25 s to finish after a Ctrl-C).
         time.sleep(2.0)
         process.send_signal(signal.SIGINT)
         assert _wait_for(lines, "stopping: the tasks in flight finish generating", 5, seen) < 5
