@@ -49,6 +49,7 @@ class FakeBatchingEngine:
     gather: int = 1
     # Cleared: sequences hold before each token (a test acts while they are in flight).
     flowing: threading.Event = field(default_factory=threading.Event)
+    fail_after: int | None = None  # tokens after which a sequence's step fails
     kind: str = "torch"  # a local engine: the server meters and claims its sources
     name: str = "fake-batching"
     active: int = 0
@@ -113,6 +114,8 @@ class FakeBatchingEngine:
                 self._barrier.wait()
             for token in [*range(count), _END]:
                 self.flowing.wait()
+                if token == self.fail_after:
+                    raise RuntimeError("the fake engine's step failed")
                 step_start_s = time.monotonic()
                 time.sleep(self.step_s)
                 batch = self.active

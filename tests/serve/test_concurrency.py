@@ -3,6 +3,7 @@ engine faked at the model's edge, a client that leaves, a full line answered 429
 concurrency 1 taking requests in turn. The server, the meter and the store run for real."""
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -154,6 +155,22 @@ def test_shutdown_ends_streams_in_flight_before_the_engine_closes() -> None:
     assert engine.active == 0  # shutdown returned only once the generator was closed
     assert time.monotonic() - started_s < 8  # closed, not run to its end
     leaving.__exit__(None, None, None)
+
+
+def test_a_stream_that_fails_keeps_the_text_before_and_ends_with_an_error_event() -> None:
+    """Chunks reach the client in batches: those the engine produced before failing (here in
+    one batch with the failure, the steps taking no time) come first, then the error event."""
+    engine = FakeBatchingEngine(step_s=0.0, fail_after=3)
+    with running_server(engine, None) as server:
+        body = {"prompt": "x", "stream": True}
+        with httpx.stream("POST", f"{server.url}/completions", json=body) as response:
+            events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["type"] == "server_error" and "internal error" in error["message"]
+    text = "".join(json.loads(event)["choices"][0]["text"] for event in events[:-2])
+    assert text == "".join(echo_reply("x").split(" ")[i] + " " for i in range(3))
+    assert engine.freed == 1
 
 
 def test_server_options_are_checked() -> None:

@@ -1,10 +1,14 @@
 """One request's generation in a worker thread: the engine's synchronous stream runs inside the
-request's own meter window, and its chunks, then the completion with its resolved energy, are
-handed to the event loop. Cancelling closes the engine's generator in its own thread, which
-frees the sequence (a batching engine's KV cache slot) at the next token.
+request's own meter window, and its chunks (a stream's only), then the completion with its
+resolved energy, are handed to the event loop. Cancelling closes the engine's generator in its
+own thread, which frees the sequence (a batching engine's KV cache slot) at the next token.
 
 A thread per request rather than a pool: the generator must be advanced and closed by one
 thread, and a stream lasts seconds, so a thread's start-up (~0.1 ms) costs nothing.
+
+Chunks reach the loop in batches: what the worker produced while the loop had not yet taken the
+last hand-over goes in the next one, so under load the loop wakes once per batch (and writes
+one network send of its events), not once per token.
 """
 
 import asyncio
@@ -12,12 +16,13 @@ import threading
 from collections.abc import Callable
 from contextlib import closing, suppress
 from dataclasses import dataclass, replace
+from typing import cast
 
 from openjarvis.power import Meter
 from openjarvis.runtime.types import Completion, Engine, StreamChunk
 from openjarvis.serve.protocol import EnergyField, ParsedRequest, energy_field
 
-__all__ = ["Finished", "Generation"]
+__all__ = ["Finished", "Generation", "Item"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +33,12 @@ class Finished:
     energy: EnergyField
 
 
+Item = StreamChunk | Finished
+
+
 class Generation:
-    """Runs `engine.stream(request)` in a thread; `next()` awaits its chunks, then Finished.
+    """Runs `engine.stream(request)` in a thread; `next_batch()` awaits its chunks (a stream's;
+    a whole reply gets none), then Finished.
 
     `engine_free` is called (in the worker) once the engine's generator is closed, before the
     energy resolves: the next request need not wait for the counters. `finished` is called
@@ -51,7 +60,11 @@ class Generation:
         self._engine_free = engine_free
         self._finished = finished
         self._loop = asyncio.get_running_loop()
-        self._items: asyncio.Queue[StreamChunk | Finished | BaseException] = asyncio.Queue()
+        self._batches: asyncio.Queue[list[Item | BaseException]] = asyncio.Queue()
+        # The worker's items not yet handed to the loop; a hand-over is scheduled while any are.
+        self._pending: list[Item | BaseException] = []
+        self._pending_lock = threading.Lock()
+        self._held: list[Item | BaseException] = []  # an error that follows a returned batch
         self._cancelled = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"serve-{parsed.id}", daemon=True)
 
@@ -65,19 +78,36 @@ class Generation:
     def join(self) -> None:
         self._thread.join()
 
-    async def next(self) -> StreamChunk | Finished:
-        """The next chunk, then Finished; re-raises what the engine or the meter raised."""
-        item = await self._items.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
+    async def next_batch(self) -> list[Item]:
+        """The chunks produced since the last call (at least one item), Finished last once
+        there; re-raises what the engine or the meter raised, after the chunks before it."""
+        batch = self._held or await self._batches.get()
+        self._held = []
+        for index, item in enumerate(batch):
+            if isinstance(item, BaseException):
+                if index == 0:
+                    raise item
+                self._held = batch[index:]
+                return cast(list[Item], batch[:index])
+        return cast(list[Item], batch)
 
-    def _post(self, item: StreamChunk | Finished | BaseException) -> None:
+    def _post(self, item: Item | BaseException) -> None:
+        with self._pending_lock:
+            self._pending.append(item)
+            if len(self._pending) > 1:
+                return  # a hand-over is scheduled and takes this one too
         with suppress(RuntimeError):  # a closed loop: the server shut down, nobody listens
-            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        """On the loop: what the worker posted since the last hand-over, as one batch."""
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        self._batches.put_nowait(batch)
 
     def _run(self) -> None:
         completion: Completion | None = None
+        stream = self.parsed.stream
         try:
             try:
                 with self._meter.window(self.parsed.id) as window:
@@ -87,7 +117,8 @@ class Generation:
                         for chunk in chunks:
                             if self._cancelled.is_set():
                                 return  # closing() closes the generator: the engine frees it
-                            self._post(chunk)
+                            if stream:
+                                self._post(chunk)
                             completion = chunk.completion or completion
                     if completion is not None and completion.ttft_s is not None:
                         # Prefill energy: the window's part until the first token.

@@ -45,7 +45,7 @@ from openjarvis.serve.admission import (
     Overloaded,
     check_limits,
 )
-from openjarvis.serve.generation import Finished, Generation
+from openjarvis.serve.generation import Finished, Generation, Item
 from openjarvis.serve.metrics import CONTENT_TYPE, ServeMetrics
 from openjarvis.serve.protocol import (
     BadRequest,
@@ -108,6 +108,11 @@ def _invalid_body(error: ValidationError) -> ApiError:
 
 def _event(body: dict[str, object]) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _texts(batch: list[Item]) -> list[StreamChunk]:
+    """The batch's chunks that carry text (Finished comes only last)."""
+    return [item for item in batch if isinstance(item, StreamChunk) and item.text]
 
 
 async def _client_gone(request: Request) -> None:
@@ -327,8 +332,8 @@ class EnergyServer:
                 )
                 if first is None:
                     return Response(status_code=499)  # nobody reads it
-                generation, chunk = first
-                return _EventStream(self._events(generation, chunk), lambda: self._end(generation))
+                generation, batch = first
+                return _EventStream(self._events(generation, batch), lambda: self._end(generation))
             done = await _unless_client_leaves(request, self._whole(parsed, endpoint, started_at))
             if done is None:
                 return Response(status_code=499)
@@ -344,9 +349,9 @@ class EnergyServer:
 
     async def _begin(
         self, parsed: ParsedRequest, endpoint: str, started_at: datetime
-    ) -> tuple[Generation, StreamChunk | Finished]:
-        """Wait for a slot, start the generation and wait for its first chunk (errors before
-        it still become a plain HTTP error)."""
+    ) -> tuple[Generation, list[Item]]:
+        """Wait for a slot, start the generation and wait for its first items (errors before
+        them still become a plain HTTP error)."""
         admission = self.admission
         await admission.acquire()
         try:
@@ -364,39 +369,43 @@ class EnergyServer:
             admission.release()
             raise
         try:
-            return generation, await generation.next()
+            return generation, await generation.next_batch()
         except BaseException:
             generation.cancel()
             self._forget(generation)
             raise
 
     async def _whole(self, parsed: ParsedRequest, endpoint: str, started_at: datetime) -> Finished:
-        generation, item = await self._begin(parsed, endpoint, started_at)
+        generation, batch = await self._begin(parsed, endpoint, started_at)
         try:
-            while not isinstance(item, Finished):
-                item = await generation.next()
-            return item
+            while not isinstance(batch[-1], Finished):
+                batch = await generation.next_batch()
+            return batch[-1]
         finally:
             self._end(generation)
 
-    async def _events(
-        self, generation: Generation, first: StreamChunk | Finished
-    ) -> AsyncIterator[bytes]:
-        """The stream's events; Starlette stops reading them when the client disconnects."""
+    async def _events(self, generation: Generation, first: list[Item]) -> AsyncIterator[bytes]:
+        """The stream's events, those of a batch of chunks in one write; Starlette stops
+        reading them when the client disconnects."""
         parsed, model = generation.parsed, self.engine.model_name
         self._loop = asyncio.get_running_loop()
         try:
-            if parsed.chat:
-                yield _event(chunk_body(parsed, model, ""))  # the role comes first
-            item = first
-            while not isinstance(item, Finished):
-                if item.text:
-                    yield _event(chunk_body(parsed, model, item.text))
-                item = await self._next_unless_stopping(generation)
-            completion, energy = item.completion, item.energy
-            yield _event(chunk_body(parsed, model, "", completion.finish_reason, energy=energy))
+            # The role comes first.
+            events = [_event(chunk_body(parsed, model, ""))] if parsed.chat else []
+            batch = first
+            while not isinstance(finished := batch[-1], Finished):
+                events += [_event(chunk_body(parsed, model, c.text)) for c in _texts(batch)]
+                if events:
+                    yield b"".join(events)
+                events = []
+                batch = await self._next_unless_stopping(generation)
+            events += [_event(chunk_body(parsed, model, c.text)) for c in _texts(batch)]
+            completion, energy = finished.completion, finished.energy
+            reason = completion.finish_reason
+            events.append(_event(chunk_body(parsed, model, "", reason, energy=energy)))
             if parsed.include_usage:
-                yield _event(chunk_body(parsed, model, None, None, completion, energy))
+                events.append(_event(chunk_body(parsed, model, None, None, completion, energy)))
+            yield b"".join(events)
         except UserError as error:  # the headers are gone: the error travels as an event
             yield _event({"error": {"message": str(error), "type": "invalid_request_error"}})
         except _Stopping:
@@ -408,11 +417,11 @@ class EnergyServer:
             yield _event({"error": {"message": message, "type": "server_error"}})
         yield b"data: [DONE]\n\n"
 
-    async def _next_unless_stopping(self, generation: Generation) -> StreamChunk | Finished:
-        """The generation's next item, or _Stopping once the server shuts down."""
+    async def _next_unless_stopping(self, generation: Generation) -> list[Item]:
+        """The generation's next items, or _Stopping once the server shuts down."""
         if self._stopping.is_set():
             raise _Stopping
-        following = asyncio.ensure_future(generation.next())
+        following = asyncio.ensure_future(generation.next_batch())
         stopping = asyncio.ensure_future(self._stopping.wait())
         done, _ = await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if following in done:
