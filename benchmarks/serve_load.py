@@ -55,6 +55,8 @@ class Level:
     counter_j: float | None = None
     counter_net_j: float | None = None
     accounting_cpu_s: float = 0.0
+    # The torch engine's steps over the level: {kind: (steps, seconds, rows)}.
+    steps: dict[str, tuple[int, float, int]] = field(default_factory=dict)
 
 
 def stream_one(client: httpx.Client, model: str, prompt: str, max_tokens: int) -> Reply:
@@ -151,6 +153,8 @@ def run_level(
     level = Level(clients)
     meter = server.meter
     accounting_before_s = meter.accounting_cpu_s
+    step_counts = getattr(server.engine, "step_counts", None)
+    steps_before = step_counts() if step_counts is not None else None
     energy_before_j = counters_j(server)
     start_s = time.monotonic()
     shares = [clients // processes + (i < clients % processes) for i in range(processes)]
@@ -180,6 +184,16 @@ def run_level(
     if spy is not None:
         spy.wait()
     level.accounting_cpu_s = meter.accounting_cpu_s - accounting_before_s
+    if step_counts is not None and steps_before is not None:
+        after = step_counts()
+        level.steps = {
+            kind: (
+                after.steps[kind] - steps_before.steps[kind],
+                after.seconds[kind] - steps_before.seconds[kind],
+                after.rows[kind] - steps_before.rows[kind],
+            )
+            for kind in after.steps
+        }
     if energy_before_j is not None and energy_after_j is not None:
         level.counter_j = energy_after_j - energy_before_j
         idle = meter.idle
@@ -242,6 +256,21 @@ def report(levels: list[Level]) -> None:
             f"{show(percentile(done_ms, 0.99), 1)} | {show(gross_ratio, 4)} | "
             f"{show(net_ratio, 4)} | {100 * level.accounting_cpu_s / level.wall_s:.2f}"
         )
+    for level in levels:
+        if level.steps:
+            print(f"{level.clients:7d} clients, the engine's steps: {steps_text(level)}")
+
+
+def steps_text(level: Level) -> str:
+    """Per kind: steps, mean time and rows; and the share of the level's time in steps."""
+    parts = []
+    for kind, (count, seconds, rows) in level.steps.items():
+        if count:
+            parts.append(
+                f"{kind} {count} x {1e3 * seconds / count:.2f} ms, {rows / count:.1f} rows"
+            )
+    busy = sum(seconds for _, seconds, _ in level.steps.values()) / level.wall_s
+    return "; ".join(parts) + f"; in steps {100 * busy:.0f} % of the time"
 
 
 def mixed(base_url: str, model: str, prompts: list[str]) -> None:

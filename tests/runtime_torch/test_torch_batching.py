@@ -218,3 +218,35 @@ def test_the_cpu_cache_takes_at_most_a_share_of_the_memory_left(
     available(1)
     with pytest.raises(UserError, match="no main memory left for the KV cache"):
         _engine()
+
+
+def test_steps_are_counted_by_kind_as_they_land(engine: TorchEngine) -> None:
+    before = engine.step_counts()
+    _together(engine, PROMPTS[:2])
+    after = engine.step_counts()
+    decoded = after.steps["decode"] - before.steps["decode"]
+    prefilled = after.steps["prefill"] - before.steps["prefill"]
+    # Both prompts' first tokens come from prefill (in one step or two); the other 11 tokens of
+    # each from decode steps that carried one row or two.
+    assert 1 <= prefilled <= 2
+    assert TOKENS - 1 <= decoded <= 2 * (TOKENS - 1)
+    assert after.rows["decode"] - before.rows["decode"] == 2 * (TOKENS - 1)
+    assert after.seconds["decode"] > before.seconds["decode"]
+
+
+def test_a_running_engine_shortens_the_switch_interval_and_the_last_restores_it() -> None:
+    import sys
+
+    from openjarvis.runtime.torch.loop import SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    first, second = _engine(), _engine()
+    try:
+        assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL_S))
+        first.close()
+        assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL_S))
+    finally:
+        second.close()
+    assert sys.getswitchinterval() == pytest.approx(before)
+    first.close()  # a second close restores nothing twice
+    assert sys.getswitchinterval() == pytest.approx(before)

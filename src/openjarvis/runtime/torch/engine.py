@@ -25,7 +25,7 @@ from openjarvis.runtime.gguf import read_gguf_header
 from openjarvis.runtime.streaming import Outcome, stream_text
 from openjarvis.runtime.torch.config import TorchSettings
 from openjarvis.runtime.torch.decode_roofline import DecodeRoofline, device_bandwidth
-from openjarvis.runtime.torch.loop import StepLoop
+from openjarvis.runtime.torch.loop import StepCounts, StepLoop
 from openjarvis.runtime.torch.model import config_for
 from openjarvis.runtime.torch.paged import BlockPool
 from openjarvis.runtime.torch.parallel import SplitSizes, check_divisible
@@ -254,6 +254,10 @@ class TorchEngine:
             batch=batch,
             cached_tokens=sequence.reused,
         )
+
+    def step_counts(self) -> StepCounts:
+        """The steps landed so far by kind (a copy): a benchmark's view of the engine's pace."""
+        return self._steps.counts.copy()
 
     def weight_bytes(self) -> float:
         """Bytes of weights one decode step reads on all GPUs together (benchmarks' roofline)."""

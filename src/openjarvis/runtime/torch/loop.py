@@ -4,9 +4,10 @@ each row's token, and records the step in the ledger as it lands (nano-vllm's en
 thread of its own so that requests from many threads share one batch).
 """
 
+import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -15,7 +16,27 @@ from openjarvis.runtime.torch.runner import BLOCK_SIZE, Runner, StepInputs
 from openjarvis.runtime.torch.scheduler import Scheduler, Sequence, Step
 from openjarvis.runtime.types import StepLedger
 
-__all__ = ["StepLoop"]
+__all__ = ["SWITCH_INTERVAL_S", "StepCounts", "StepLoop"]
+
+# The step loop shares the interpreter with the threads that consume its tokens (a server's
+# requests, ipw measure's tasks). CPython lets a thread that holds the interpreter keep it for
+# the switch interval (5 ms by default) before it must hand it to one that asks, so the step
+# loop, back from a GPU step of about a millisecond, could wait five for the next launch.
+# While an engine runs, the process's interval is this (docs/benchmarks.md measures both).
+SWITCH_INTERVAL_S = 0.0005
+
+
+@dataclass(slots=True)
+class StepCounts:
+    """Steps that landed, by kind: how many, their time on the device and the live rows they
+    carried (a benchmark reads the difference over its load)."""
+
+    steps: dict[str, int] = field(default_factory=lambda: {"prefill": 0, "decode": 0})
+    seconds: dict[str, float] = field(default_factory=lambda: {"prefill": 0.0, "decode": 0.0})
+    rows: dict[str, int] = field(default_factory=lambda: {"prefill": 0, "decode": 0})
+
+    def copy(self) -> "StepCounts":
+        return StepCounts(dict(self.steps), dict(self.seconds), dict(self.rows))
 
 
 class StepLoop:
@@ -35,6 +56,8 @@ class StepLoop:
         self._closing = False
         self.failure: BaseException | None = None
         self._landed_s = 0.0  # when the last step's picks reached the host
+        self.counts = StepCounts()
+        _switch_interval.shorten()
         self._thread = threading.Thread(target=self._loop, name="torch-engine", daemon=True)
         self._thread.start()
 
@@ -50,9 +73,11 @@ class StepLoop:
     def close(self) -> None:
         """Finish the steps of the sequences already in, then end the thread."""
         with self._wake:
-            self._closing = True
+            closed, self._closing = self._closing, True
             self._wake.notify()
         self._thread.join()
+        if not closed:
+            _switch_interval.restore()
 
     def _loop(self) -> None:
         runner, scheduler = self._runner, self._scheduler
@@ -139,9 +164,38 @@ class StepLoop:
             picked = flight.host.tolist()
         end_s = time.monotonic()
         start_s = max(flight.launched_s, self._landed_s)
-        self._scheduler.finish_step(flight.step, picked, start_s, end_s)
+        live = self._scheduler.finish_step(flight.step, picked, start_s, end_s)
         self.ledger.landed(end_s)
         self._landed_s = end_s
+        counts, kind = self.counts, flight.step.kind
+        counts.steps[kind] += 1
+        counts.seconds[kind] += end_s - start_s
+        counts.rows[kind] += live
+
+
+class _SwitchInterval:
+    """The process's switch interval while any step loop runs; the last to stop restores it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loops = 0
+        self._before_s = sys.getswitchinterval()
+
+    def shorten(self) -> None:
+        with self._lock:
+            if self._loops == 0:
+                self._before_s = sys.getswitchinterval()
+                sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._before_s))
+            self._loops += 1
+
+    def restore(self) -> None:
+        with self._lock:
+            self._loops -= 1
+            if self._loops == 0:
+                sys.setswitchinterval(self._before_s)
+
+
+_switch_interval = _SwitchInterval()
 
 
 def _pick(step: Step, logits: torch.Tensor) -> torch.Tensor:

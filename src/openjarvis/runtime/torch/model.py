@@ -248,7 +248,7 @@ class Transformer(nn.Module):
             x = x * self.embedding_scale
         # Which keys each query sees (not needed where the decode kernel reads the blocks).
         causal = sliding = None
-        if not uses_decode_kernel(tokens, config.attn_logit_softcap):
+        if not uses_decode_kernel(tokens, config.head_dim, config.attn_logit_softcap):
             causal = layout.masks(self.block_size, None)  # [B, T, S]
             sliding = causal
             if config.sliding_window is not None:

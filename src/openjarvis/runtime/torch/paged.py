@@ -26,10 +26,12 @@ __all__ = [
 SCRATCH_BLOCK = 0
 
 
-def uses_decode_kernel(tokens: Tensor, softcap: float | None) -> bool:
-    """One query per row on a GPU (a decode step) runs the paged decode kernel, which reads
-    only the blocks a row uses and needs no mask; everything else gathers the blocks."""
-    return tokens.size(1) == 1 and tokens.is_cuda and softcap is None
+def uses_decode_kernel(tokens: Tensor, head_dim: int, softcap: float | None) -> bool:
+    """One query per row on a GPU (a decode step: `tokens` [B, 1, ...]) runs the paged decode
+    kernel, which reads only the blocks a row uses and needs no mask, where its tiles fit the
+    head (a power of two of at least 16); everything else gathers the blocks."""
+    fits = head_dim >= 16 and head_dim & (head_dim - 1) == 0
+    return tokens.size(1) == 1 and tokens.is_cuda and softcap is None and fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +107,7 @@ class PagedKV(nn.Module):
     ) -> Tensor:
         """q: [B, T, heads, head_dim] -> [B, T, heads, head_dim], over the cached keys: by
         the decode kernel, or by gathering the rows' blocks and attending with `mask`."""
-        if uses_decode_kernel(q, softcap):
+        if uses_decode_kernel(q, q.size(-1), softcap):
             import openjarvis.kernels.paged_attention  # noqa: F401 - registers the operator
 
             context = layout.positions[:, 0] + 1

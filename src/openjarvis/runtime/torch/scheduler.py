@@ -215,11 +215,12 @@ class Scheduler:
 
     def finish_step(
         self, step: Step, picked: list[int | None], start_s: float, end_s: float
-    ) -> None:
+    ) -> int:
         """Record the step: each row's tokens are cached now; sampled rows get their token,
         stamped with the step's end time (delivered by `deliver`); finished sequences give
         their blocks back. Rows of sequences that finished before the step (stale rows of a
-        continued step) are ignored: the live rows share the step's work."""
+        continued step) are ignored: the live rows share the step's work. Returns how many
+        rows were live."""
         live = [
             (row, token)
             for row, token in zip(step.rows, picked, strict=True)
@@ -246,6 +247,7 @@ class Scheduler:
             self._undelivered.append((sequence, (token, end_s)))
             if token in sequence.end_tokens or len(sequence.output) >= sequence.max_tokens:
                 self._finish(sequence)
+        return len(live)
 
     def _finish(self, sequence: Sequence) -> None:
         sequence.finished = True
