@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from openjarvis.engine_kinds import ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.evals.config import RunConfig, prepare
 from openjarvis.evals.harness import HarnessOptions
@@ -15,7 +16,7 @@ from openjarvis.evals.runner import prepare_resume
 from openjarvis.evals.suites import SuiteConfig, load_suite_config
 from openjarvis.records import RunRecord
 from openjarvis.runtime.cloud import CloudEngine
-from openjarvis.runtime.engines import CAPABILITIES, ENGINE_KINDS
+from openjarvis.runtime.engines import CAPABILITIES
 from openjarvis.runtime.llamacpp import LlamaCppSettings
 from openjarvis.runtime.models import embedded_default
 

@@ -5,11 +5,11 @@ from typing import get_args
 
 import pytest
 
+from openjarvis.engine_kinds import CLOUD_ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.reference import cost_usd, energy_class
 from openjarvis.runtime.cloud import CloudEngine, CloudSettings, Provider
 from openjarvis.runtime.cloud_tables import estimate_energy
-from openjarvis.runtime.engines import CLOUD_ENGINE_KINDS
 from openjarvis.runtime.types import ChatMessage, ChatRequest, GenerationRequest
 from tests.runtime.stub_server import Reply, sse, stub_server
 

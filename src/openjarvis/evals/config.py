@@ -13,19 +13,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from openjarvis.engine_kinds import ENGINE_KINDS, LOCAL_ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.evals.harness import HarnessOptions, check_harness_tasks
 from openjarvis.evals.judge import JudgeSpec, check_judge
 from openjarvis.evals.suites import LoadedSuite, SuiteConfig, load_suite_config
 from openjarvis.power.types import Scope
 from openjarvis.runtime.cloud import check_meter_choice
-from openjarvis.runtime.engines import (
-    CAPABILITIES,
-    ENGINE_KINDS,
-    LOCAL_ENGINE_KINDS,
-    EngineSpec,
-    resolve_engine_model,
-)
+from openjarvis.runtime.engines import CAPABILITIES, EngineSpec, resolve_engine_model
 from openjarvis.runtime.models import ModelFile
 
 __all__ = ["SEED_MAX", "PreparedRun", "RunConfig", "prepare"]

@@ -16,14 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from openjarvis import __version__
+from openjarvis.engine_kinds import ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.evals.types import ExecutionResult, ExecutionStatus, Task
 from openjarvis.runtime.cloud import measured_here
-from openjarvis.runtime.engines import (
-    ENGINE_KINDS,
-    EngineSpec,
-    open_engine,
-)
+from openjarvis.runtime.engines import EngineSpec, open_engine
 from openjarvis.runtime.model_kind import read_model_kind
 from openjarvis.runtime.models import ModelFile
 from openjarvis.runtime.types import (

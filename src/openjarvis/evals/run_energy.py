@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 
+from openjarvis.engine_kinds import LOCAL_ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.metrics import RunFigures, run_figures, sum_or_none
 from openjarvis.power import Meter, quiet
@@ -25,7 +26,6 @@ from openjarvis.power.types import (
 )
 from openjarvis.records import RunRecord, TaskResultRecord
 from openjarvis.runtime.cloud import measured_here
-from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine
 from openjarvis.store import Store
 

@@ -6,24 +6,18 @@ openai and anthropic (cloud).
 
 from dataclasses import dataclass, replace
 
-from openjarvis.engine_kinds import CLOUD_ENGINE_KINDS, ENGINE_KINDS, LOCAL_ENGINE_KINDS
+from openjarvis.engine_kinds import ENGINE_KINDS, LOCAL_ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.runtime.models import ModelFile, resolve_model
 from openjarvis.runtime.types import Engine
 
 __all__ = [
     "CAPABILITIES",
-    "CLOUD_ENGINE_KINDS",
-    "ENGINE_KINDS",
-    "LOCAL_ENGINE_KINDS",
     "EngineCapabilities",
     "EngineSpec",
     "open_engine",
     "resolve_engine_model",
 ]
-
-# The engine kinds (cloud.Provider is the type of the cloud ones) are defined in a leaf the report
-# reads too; the runtime's importers take them from here with the rest of the engine choice.
 
 
 @dataclass(frozen=True, slots=True)

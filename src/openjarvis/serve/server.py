@@ -30,13 +30,13 @@ from starlette.exceptions import HTTPException
 from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
+from openjarvis.engine_kinds import LOCAL_ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.power import Meter
 from openjarvis.power.claims import Claim
 from openjarvis.power.reuse import PrefillPrice
 from openjarvis.power.types import GpuSelection, Scope
 from openjarvis.runtime.cloud import measured_here
-from openjarvis.runtime.engines import LOCAL_ENGINE_KINDS
 from openjarvis.runtime.types import Completion, Engine, StreamChunk
 from openjarvis.serve.admission import (
     DEFAULT_MAX_CONCURRENCY,

@@ -7,13 +7,9 @@ way `ipw measure` and `jarvis serve` do (runtime.engines).
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from openjarvis.engine_kinds import CLOUD_ENGINE_KINDS
 from openjarvis.errors import UserError
-from openjarvis.runtime.engines import (
-    CLOUD_ENGINE_KINDS,
-    EngineSpec,
-    open_engine,
-    resolve_engine_model,
-)
+from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
 from openjarvis.runtime.llamacpp import LlamaCppEngine
 from openjarvis.runtime.model_kind import base_model_note, read_model_kind
 from openjarvis.runtime.types import Engine
