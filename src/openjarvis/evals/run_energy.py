@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from openjarvis.engine_kinds import LOCAL_ENGINE_KINDS
 from openjarvis.errors import UserError
-from openjarvis.metrics import RunFigures, run_figures, sum_or_none
+from openjarvis.metrics import sum_or_none
 from openjarvis.power import Meter, quiet
 from openjarvis.power.claims import Claim
 from openjarvis.power.sources import EnergySource
@@ -27,13 +27,11 @@ from openjarvis.power.types import (
 from openjarvis.records import RunRecord, TaskResultRecord
 from openjarvis.runtime.cloud import measured_here
 from openjarvis.runtime.types import Completion, Engine
-from openjarvis.store import Store
 
 __all__ = [
     "busy_note",
     "check_same_gpus",
     "claimed",
-    "complete_summary",
     "concurrency_figures",
     "conservation",
     "energy_method",
@@ -42,6 +40,7 @@ __all__ = [
     "gpu_description",
     "idle_after",
     "idle_error_w",
+    "machine_check",
     "metered_gpus",
     "metering",
     "refuse_empty_scope",
@@ -318,24 +317,8 @@ def busy_note(check: quiet.MachineCheck, note: str | None) -> str | None:
     return line if note is None else f"{note}; {line}"
 
 
-def complete_summary(
-    store: Store,
-    run_id: str,
-    figures: RunFigures,
-    note: str | None,
-    watches: Sequence[quiet.Watch | None],
-    meter: Meter,
-) -> tuple[RunFigures, str | None]:
-    """The finished run's summary completed with the machine check (`machine`) and with its
-    figures as `ipw show` computes them (metrics.run_figures: mean power and accuracy per
-    watt over the union of the windows the summary's `concurrency` holds); returns the figures
-    and the run's note, with a busy machine said. A run that did not finish is left as it is."""
+def machine_check(watches: Sequence[quiet.Watch | None], meter: Meter) -> quiet.MachineCheck:
+    """What else the machine did while the run's stretches were watched (idle, tasks), against
+    the idle baseline: the summary's `machine`."""
     activities = [watch.activity for watch in watches if watch is not None]
-    check = quiet.check_machine(activities, meter.idle, meter.scoped_sources)
-    run = store.get_run(run_id)
-    if run.state != "complete" or run.summary is None:
-        return figures, note
-    figures = run_figures(run, store.task_results(run_id))
-    summary = {**run.summary, **figures.to_dict(), "machine": check.to_dict()}
-    store.finish_run(run_id, "complete", summary)
-    return figures, busy_note(check, note)
+    return quiet.check_machine(activities, meter.idle, meter.scoped_sources)

@@ -28,6 +28,7 @@ from openjarvis.metrics import (
     phase_energy,
     sum_or_none,
     task_figures,
+    union_energy,
     window_flags,
 )
 from openjarvis.power import Meter, WindowHandle, quiet
@@ -223,15 +224,26 @@ def _measure_tasks(
     idle_watch: quiet.Watch | None,
 ) -> MeasureResult:
     """The tasks measured (judged where the run has a judge) while what else the machine does is
-    watched; the summary completed with that check. A new run and a resumed one alike."""
-    with (
-        judging(judge, tasks, meter, store, run) as judged_tasks,
-        run_energy.watching_machine("tasks", meter) as tasks_watch,
-    ):
-        result = _execute(spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task)
-    result.figures, result.energy_note = run_energy.complete_summary(
-        store, result.run_id, result.figures, result.energy_note, (idle_watch, tasks_watch), meter
-    )
+    watched; the run finished with its summary and that check. A new run and a resumed one
+    alike."""
+    executed: tuple[MeasureResult, dict[str, object]] | None = None
+    try:
+        with (
+            judging(judge, tasks, meter, store, run) as judged_tasks,
+            run_energy.watching_machine("tasks", meter) as tasks_watch,
+        ):
+            executed = _execute(
+                spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
+            )
+        check = run_energy.machine_check((idle_watch, tasks_watch), meter)
+    except BaseException:
+        if executed is not None:  # the tasks were measured; what followed them failed
+            store.finish_run(executed[0].run_id, "failed", None)
+        raise
+    result, summary = executed
+    # The summary is written once, complete: the figures, and what else the machine did.
+    store.finish_run(result.run_id, "complete", {**summary, "machine": check.to_dict()})
+    result.energy_note = run_energy.busy_note(check, result.energy_note)
     return result
 
 
@@ -252,7 +264,7 @@ def _execute(
     store: Store,
     on_start: StartCallback,
     on_task: ProgressCallback,
-) -> MeasureResult:
+) -> tuple[MeasureResult, dict[str, object]]:
     run_id = run.id or ""
     done = {result.task_id for result in store.task_results(run_id)}
     pending = [task for task in tasks if task.task_id not in done]
@@ -322,7 +334,6 @@ def _execute(
     # Figures come from the stored results, so a resumed run counts every task exactly once.
     results = store.task_results(run_id)
     idle_error_w = run_energy.idle_error_w(meter, idle_after)
-    figures = compute_figures([task_figures(r) for r in results], idle_error_w=idle_error_w)
     mbu = [c.memory_bandwidth_utilisation for c in seen if c.memory_bandwidth_utilisation]
     mbu_median = float(np.median(mbu)) if mbu else None
     costs = [c.cost_usd for c in seen]
@@ -331,6 +342,13 @@ def _execute(
     total = meter.total()
     conservation = run_energy.conservation(total, saved, engine)
     concurrency = run_energy.concurrency_figures(total, saved, results, engine, spec.concurrency)
+    # As `ipw show` computes them from the stored run (metrics.run_figures): power over the union
+    # of the windows the concurrency figures hold.
+    figures = compute_figures(
+        [task_figures(r) for r in results],
+        idle_error_w=idle_error_w,
+        union=union_energy(concurrency),
+    )
     phases = phase_energy(results)
     summary = {
         **figures.to_dict(),
@@ -342,8 +360,7 @@ def _execute(
         "phase_energy": phases,
         "concurrency": concurrency,
     }
-    store.finish_run(run_id, "complete", summary)
-    return MeasureResult(
+    result = MeasureResult(
         run_id=run_id,
         model_name=run.model_name,
         figures=figures,
@@ -368,6 +385,7 @@ def _execute(
         phase_energy=phases,
         concurrency=concurrency,
     )
+    return result, summary
 
 
 @dataclass(slots=True)
