@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_ledger.sh serve     # serve_load.py on the torch engine, 1..64 clients
 #   bash benchmarks/gpu_ledger.sh measure   # ipw measure --concurrency 32 against torch_batch.py
 # With SWITCH_S set, the server and ipw measure run with that interpreter switch interval
-# (benchmarks/switch.py), and their files are named with it.
+# (benchmarks/switch.py), and their files are named with it. With PREFILL_GRAPHS=1, the server's
+# torch engine replays prefill steps from CUDA graphs (files named _prefill_graphs).
 set -euo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -12,14 +13,19 @@ model=/tmp/model/gemma-3-270m-Q4_K_M.gguf
 out=${OUT:-/tmp}
 py=(python3)
 tag=""
+serve_flags=()
+if [ -n "${PREFILL_GRAPHS:-}" ]; then
+  serve_flags=(--prefill-graphs)
+  tag="_prefill_graphs"
+fi
 if [ -n "${SWITCH_S:-}" ]; then
   py=(python3 benchmarks/switch.py "$SWITCH_S")
-  tag="_switch$SWITCH_S"
+  tag="${tag}_switch$SWITCH_S"
 fi
 case "${1:-}" in
   serve)
     "${py[@]}" benchmarks/serve_load.py --engine torch --model "$model" --clients 1,8,32,64 \
-      --seconds 15 --scope accelerator --idle-seconds 5 --mixed \
+      --seconds 15 --scope accelerator --idle-seconds 5 --mixed "${serve_flags[@]}" \
       --profile "$out/serve_profile$tag.txt" \
       2>&1 | tee "$out/serve_load$tag.txt"
     ;;

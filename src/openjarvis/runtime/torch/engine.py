@@ -90,7 +90,11 @@ class TorchEngine:
         self.config = self._runner.model.config
         pool = BlockPool(self._runner.blocks, BLOCK_SIZE, reuse=settings.reuse_prompt_cache)
         self._scheduler = Scheduler(
-            pool, settings.concurrency, settings.prefill_tokens, self.config.max_seq_len
+            pool,
+            settings.concurrency,
+            settings.prefill_tokens,
+            self.config.max_seq_len,
+            prefill_rows=1 if self._runner.prefill_graphs else None,
         )
         self.roofline = DecodeRoofline(self.config, settings.dtype)
         self._steps = StepLoop(self._runner, self._scheduler, chains=settings.tp == 1)
@@ -115,6 +119,7 @@ class TorchEngine:
             "kv_cache_blocks": self._runner.blocks,
             "kv_block_size": BLOCK_SIZE,
             "cuda_graph_buckets": sorted(self._runner.graphs),
+            "prefill_graph_buckets": sorted(self._runner.prefill_graphs),
             "all_reduce_table": self._runner.all_reduce_table,
             "fused_gemv_table": self._runner.fused_gemv_table,
             "memory_bandwidth_gb_per_s": self.bandwidth_bytes_per_s / 1e9

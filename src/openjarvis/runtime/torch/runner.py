@@ -3,7 +3,9 @@ that every rank runs alike (SPMD). Rank 0 broadcasts each step's inputs once; th
 loop on receiving them (nano-vllm's model runner, with a broadcast in place of shared memory).
 
 Decode steps replay a CUDA graph, captured at start-up for each batch bucket, of the smallest
-bucket that holds them (padding rows write to the scratch block); prefill steps run eagerly.
+bucket that holds them (padding rows write to the scratch block); prefill steps run eagerly,
+or (`prefill_graphs`, one process) one sequence at a time from a graph per prompt-length
+bucket, the prompt right-aligned in it and the padding before it writing to the scratch block.
 A step's host tensors go to the GPU through pinned memory, and a continued decode step's tokens
 are already there (the engine's picks of the step before), so launching a step never waits for
 the one before it.
@@ -34,10 +36,20 @@ from openjarvis.runtime.torch.parallel import (
 )
 from openjarvis.runtime.torch.scheduler import Sequence, Step
 
-if TYPE_CHECKING:  # the kernels need Triton, imported only when tensor parallelism runs
+if TYPE_CHECKING:  # types only; the kernels need Triton, imported when tensor parallelism runs
+    from torch.cuda import _POOL_HANDLE
+
     from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
 
-__all__ = ["BLOCK_SIZE", "Runner", "Spec", "StepInputs", "batch_buckets"]
+__all__ = [
+    "BLOCK_SIZE",
+    "Runner",
+    "Spec",
+    "StepInputs",
+    "batch_buckets",
+    "pad_prefill",
+    "prefill_buckets",
+]
 
 BLOCK_SIZE = 16  # positions per KV block (the decode kernel needs a power of two >= 16)
 # The KV cache takes this share of the GPU memory left free after loading the weights.
@@ -120,6 +132,37 @@ def batch_buckets(concurrency: int) -> tuple[int, ...]:
     return (*sizes, concurrency)
 
 
+def prefill_buckets(prefill_tokens: int) -> tuple[int, ...]:
+    """Prompt lengths with a prefill graph each: powers of two from 16 up to the prefill budget,
+    and it."""
+    sizes = [1 << i for i in range(4, prefill_tokens.bit_length()) if 1 << i < prefill_tokens]
+    return (*sizes, prefill_tokens)
+
+
+def pad_prefill(inputs: StepInputs, bucket: int, table_width: int) -> StepInputs:
+    """A one-sequence prefill step as its bucket's graph takes it: the tokens right-aligned in
+    `bucket` columns after padding at position 0 whose keys and values go to the scratch block
+    (no real query sees them: their table columns lie past every real position), and the
+    block table padded with the scratch block to `table_width`."""
+    tokens, positions, slots, tables = inputs.tokens, inputs.positions, inputs.slots, inputs.tables
+    pad = bucket - tokens.size(1)
+    assert tokens.size(0) == 1 and pad >= 0 and inputs.last_only and not inputs.decode
+
+    def left(values: Tensor, fill: int) -> Tensor:
+        return torch.cat([values.new_full((1, pad), fill), values], dim=1)
+
+    wide = tables.new_full((1, table_width), SCRATCH_BLOCK)
+    wide[:, : tables.size(1)] = tables
+    return StepInputs(
+        False,
+        True,
+        left(tokens, 0),
+        left(positions, 0),
+        left(slots, SCRATCH_BLOCK * BLOCK_SIZE),
+        wide,
+    )
+
+
 class Runner:
     """Rank r runs on cuda:r (or the CPU, with gloo between processes)."""
 
@@ -172,6 +215,23 @@ class Runner:
             # The scratch block is all the capture writes.
             for bucket in reversed(batch_buckets(self.concurrency)):
                 self.graphs[bucket] = self._capture(bucket)
+        # Prefill graphs replay the eager model (a compiled one would build a graph per bucket).
+        self.prefill_graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+        if self.use_graphs and settings.prefill_graphs and self.world_size == 1:
+            top = min(settings.prefill_tokens, config.max_seq_len)
+            self.prefill_static = StepInputs(
+                False,
+                True,
+                torch.zeros(1, top, dtype=torch.long, device=self.device),
+                torch.zeros(1, top, dtype=torch.long, device=self.device),
+                torch.zeros(1, top, dtype=torch.long, device=self.device),
+                torch.zeros(1, self.table_width, dtype=torch.int32, device=self.device),
+            )
+            # One memory pool for them all, captured largest first (nano-vllm's order): they
+            # run one at a time, and each keeps only its logits.
+            pool = torch.cuda.graph_pool_handle()
+            for bucket in reversed(prefill_buckets(top)):
+                self.prefill_graphs[bucket] = self._capture_prefill(bucket, pool)
 
     def _join_group(self, spec: Spec, dtype: torch.dtype) -> Callable[[Transformer], Cut]:
         settings = spec.settings
@@ -259,6 +319,11 @@ class Runner:
             return self._replay(inputs)
         if inputs.decode:
             return self.decode(inputs.tokens, inputs.positions, inputs.slots, inputs.tables)
+        length = inputs.tokens.size(1)
+        if self.prefill_graphs and inputs.tokens.size(0) == 1 and inputs.last_only:
+            bucket = next((b for b in sorted(self.prefill_graphs) if b >= length), None)
+            if bucket is not None:
+                return self._replay_prefill(inputs, bucket)
         layout = Layout(inputs.positions, inputs.slots, inputs.tables)
         logits = self.model(inputs.tokens, layout, last_only=inputs.last_only).float()
         return logits[:, -1] if inputs.last_only else logits
@@ -284,6 +349,44 @@ class Runner:
         graph, logits = self.graphs[bucket]
         graph.replay()
         return logits[:batch]
+
+    def _replay_prefill(self, inputs: StepInputs, bucket: int) -> Tensor:
+        padded = pad_prefill(inputs, bucket, self.table_width)
+        static = self.prefill_static
+        static.tokens[:, :bucket] = padded.tokens
+        static.positions[:, :bucket] = padded.positions
+        static.slots[:, :bucket] = padded.slots
+        static.tables.copy_(padded.tables)
+        graph, logits = self.prefill_graphs[bucket]
+        graph.replay()
+        return logits
+
+    @torch.inference_mode()
+    def _capture_prefill(
+        self, bucket: int, pool: "_POOL_HANDLE"
+    ) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+        """A one-sequence prefill of `bucket` tokens: warmed up eagerly on a side stream, then
+        captured (it writes the scratch block only: every static input points there)."""
+        static = self.prefill_static
+        static.slots.fill_(SCRATCH_BLOCK * BLOCK_SIZE)
+        static.tables.fill_(SCRATCH_BLOCK)
+        arguments = (
+            static.tokens[:, :bucket],
+            static.positions[:, :bucket],
+            static.slots[:, :bucket],
+            static.tables,
+        )
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._decode(*arguments)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            logits = self._decode(*arguments)
+        torch.cuda.synchronize()
+        return graph, logits
 
     @torch.inference_mode()
     def _capture(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:

@@ -90,11 +90,19 @@ class Step:
 
 class Scheduler:
     def __init__(
-        self, pool: BlockPool, concurrency: int, prefill_tokens: int, max_seq_len: int
+        self,
+        pool: BlockPool,
+        concurrency: int,
+        prefill_tokens: int,
+        max_seq_len: int,
+        prefill_rows: int | None = None,
     ) -> None:
         self.pool = pool
         self.concurrency = concurrency
         self.prefill_tokens = prefill_tokens  # chunked prefill: tokens per prefill step
+        # Sequences one prefill step carries at most (None: as many as the budget holds); 1
+        # where prefill steps replay one-sequence CUDA graphs.
+        self.prefill_rows = prefill_rows
         self.max_seq_len = max_seq_len
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -151,7 +159,7 @@ class Scheduler:
             chunk = sequence.prompt[start : start + size]
             rows.append(Row(sequence, chunk, start, start + size == len(sequence.prompt)))
             budget -= size
-            if sequence.all_logits:
+            if sequence.all_logits or len(rows) == self.prefill_rows:
                 break
         if rows:
             return Step("prefill", rows)

@@ -1,0 +1,78 @@
+"""Prefill steps as one-sequence CUDA graphs: what can be checked without a GPU. The graph
+replays the eager model on the padded step, so the padded step must give the eager step's
+logits, and the scheduler must hand such an engine one sequence per prefill step."""
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+
+from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
+from openjarvis.runtime.torch.paged import BlockPool
+from openjarvis.runtime.torch.runner import (
+    BLOCK_SIZE,
+    StepInputs,
+    pad_prefill,
+    prefill_buckets,
+)
+from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
+
+
+def test_buckets_are_powers_of_two_from_16_up_to_the_budget() -> None:
+    assert prefill_buckets(2048) == (16, 32, 64, 128, 256, 512, 1024, 2048)
+    assert prefill_buckets(100) == (16, 32, 64, 100)
+    assert prefill_buckets(16) == (16,)
+
+
+@pytest.mark.parametrize("cached", [0, 16], ids=["cold", "after-a-cached-block"])
+def test_a_padded_prefill_step_gives_the_eager_steps_logits(cached: int) -> None:
+    engine = TorchEngine("tiny-tp", TorchSettings(device="cpu", max_seq_len=64, seed=3))
+    try:
+        scheduler, runner = engine._scheduler, engine._runner
+        prompt = [(5 * i + 7) % 240 for i in range(27)]
+        sequence = Sequence(prompt, 4, frozenset())
+        sequence.keys = []
+        scheduler.waiting.append(sequence)
+        step = scheduler.next_step()
+        assert step is not None and step.kind == "prefill"
+        if cached:  # the first block computed already: the step carries the rest
+            runner.run(StepInputs.of(step, BLOCK_SIZE))
+            sequence.cached = cached
+            step = scheduler.next_step()
+            assert step is not None and step.rows[0].start == cached
+        inputs = StepInputs.of(step, BLOCK_SIZE)
+        eager = runner.run(inputs)
+        padded = pad_prefill(inputs, 32, runner.table_width)
+        assert padded.tokens.shape == (1, 32) and padded.tables.shape == (1, runner.table_width)
+        torch.testing.assert_close(runner.run(padded), eager, rtol=1e-5, atol=1e-5)
+        # The padding is not invisible by accident: the same step with a changed real token
+        # gives other logits.
+        changed = pad_prefill(
+            StepInputs(
+                False, True, inputs.tokens + 1, inputs.positions, inputs.slots, inputs.tables
+            ),
+            32,
+            runner.table_width,
+        )
+        assert not torch.allclose(runner.run(changed), eager, atol=1e-3)
+    finally:
+        engine.close()
+
+
+def test_one_sequence_per_prefill_step_where_prefill_replays_graphs() -> None:
+    def scheduler(prefill_rows: int | None) -> Scheduler:
+        made = Scheduler(BlockPool(32, 16, reuse=False), 4, 2048, 64, prefill_rows=prefill_rows)
+        for first in (1, 50):
+            made.add(Sequence([first, first + 1, first + 2], 4, frozenset()))
+        return made
+
+    assert len(scheduler(None).next_step().rows) == 2  # type: ignore[union-attr]  # not None
+    one = scheduler(1)
+    first = one.next_step()
+    assert first is not None
+    one.finish_step(first, [9], 0.0, 1.0)  # the first prompt is in the cache, its token picked
+    second = one.next_step()
+    assert second is not None and second.kind == "prefill"
+    assert [len(s.rows) for s in (first, second)] == [1, 1]
+    assert first.rows[0].sequence is not second.rows[0].sequence
