@@ -376,17 +376,7 @@ class Runner:
             static.slots[:, :bucket],
             static.tables,
         )
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._decode(*arguments)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
-            logits = self._decode(*arguments)
-        torch.cuda.synchronize()
-        return graph, logits
+        return _captured(self._decode, arguments, warm_ups=2, pool=pool)
 
     @torch.inference_mode()
     def _capture(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
@@ -402,17 +392,7 @@ class Runner:
         if bucket > 1:  # one compiled graph serves every bucket above one (batch symbolic)
             for argument in arguments:
                 torch._dynamo.mark_dynamic(argument, 0)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                self.decode(*arguments)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            logits = self.decode(*arguments)
-        torch.cuda.synchronize()
-        return graph, logits
+        return _captured(self.decode, arguments, warm_ups=3, pool=None)
 
     def follow(self) -> None:
         """Ranks 1..N-1: run rank 0's steps until it says stop."""
@@ -429,6 +409,27 @@ class Runner:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             dist.destroy_process_group()
+
+
+def _captured(
+    step: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor],
+    arguments: tuple[Tensor, Tensor, Tensor, Tensor],
+    warm_ups: int,
+    pool: "_POOL_HANDLE | None",
+) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+    """`step` run `warm_ups` times on a side stream (kernels chosen, compiled, workspaces
+    allocated), then captured as a CUDA graph; with its output, which each replay rewrites."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warm_ups):
+            step(*arguments)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        logits = step(*arguments)
+    torch.cuda.synchronize()
+    return graph, logits
 
 
 def _table(sequence: Sequence) -> Tensor:
