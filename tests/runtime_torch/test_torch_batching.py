@@ -234,19 +234,25 @@ def test_steps_are_counted_by_kind_as_they_land(engine: TorchEngine) -> None:
     assert after.seconds["decode"] > before.seconds["decode"]
 
 
-def test_a_running_engine_shortens_the_switch_interval_and_the_last_restores_it() -> None:
+def test_the_switch_interval_is_short_while_a_gpu_engine_runs_and_restored_after() -> None:
     import sys
 
-    from openjarvis.runtime.torch.loop import SWITCH_INTERVAL_S
+    from openjarvis.runtime.torch.loop import SWITCH_INTERVAL_S, _SwitchInterval
 
     before = sys.getswitchinterval()
-    first, second = _engine(), _engine()
+    shared = _SwitchInterval()  # what two GPU engines' step loops in one process share
+    shared.shorten()
+    shared.shorten()
     try:
         assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL_S))
-        first.close()
+        shared.restore()  # the first engine closes: the second still runs
         assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL_S))
     finally:
-        second.close()
+        shared.restore()
     assert sys.getswitchinterval() == pytest.approx(before)
-    first.close()  # a second close restores nothing twice
-    assert sys.getswitchinterval() == pytest.approx(before)
+    # A CPU engine leaves the interval alone.
+    engine = _engine()
+    try:
+        assert sys.getswitchinterval() == pytest.approx(before)
+    finally:
+        engine.close()
