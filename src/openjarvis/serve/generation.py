@@ -64,7 +64,7 @@ class Generation:
         # The worker's items not yet handed to the loop; a hand-over is scheduled while any are.
         self._pending: list[Item | BaseException] = []
         self._pending_lock = threading.Lock()
-        self._held: list[Item | BaseException] = []  # an error that follows a returned batch
+        self._held: list[Item | BaseException] = []  # an error held back behind its batch
         self._cancelled = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"serve-{parsed.id}", daemon=True)
 
@@ -83,12 +83,11 @@ class Generation:
         there; re-raises what the engine or the meter raised, after the chunks before it."""
         batch = self._held or await self._batches.get()
         self._held = []
-        for index, item in enumerate(batch):
-            if isinstance(item, BaseException):
-                if index == 0:
-                    raise item
-                self._held = batch[index:]
-                return cast(list[Item], batch[:index])
+        last = batch[-1]  # an error is the worker's last item
+        if isinstance(last, BaseException):
+            if len(batch) == 1:
+                raise last
+            self._held, batch = [last], batch[:-1]
         return cast(list[Item], batch)
 
     def _post(self, item: Item | BaseException) -> None:

@@ -28,8 +28,8 @@ class TorchSettings:
     reuse_prompt_cache: bool = True
     cuda_graphs: bool = True  # replay decode steps from CUDA graphs, one per batch bucket (GPU)
     # Also replay prefill steps from CUDA graphs, one sequence per step, one graph per prompt
-    # length bucket (GPU, one process): an eager prefill step is launch-bound, ~93 ms for the
-    # embedded model on an H200 whatever its length (docs/benchmarks.md). Off until measured.
+    # length bucket (GPU, one process): an eager prefill step is launch-bound, about 0.1 s for
+    # the embedded model on an H200 whatever its length (docs/benchmarks.md). Off until measured.
     prefill_graphs: bool = False
     # torch.compile the decode step (fusing norms, RoPE, residuals: fewer, larger kernels).
     # None: on the GPU, off on the CPU (where inductor's C++ build costs more than it saves).

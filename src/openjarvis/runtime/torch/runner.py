@@ -219,13 +219,17 @@ class Runner:
         self.prefill_graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
         if self.use_graphs and settings.prefill_graphs and self.world_size == 1:
             top = min(settings.prefill_tokens, config.max_seq_len)
+            # The capture writes the scratch block only: every slot and table entry points there.
+            scratch_slot = SCRATCH_BLOCK * BLOCK_SIZE
             self.prefill_static = StepInputs(
                 False,
                 True,
                 torch.zeros(1, top, dtype=torch.long, device=self.device),
                 torch.zeros(1, top, dtype=torch.long, device=self.device),
-                torch.zeros(1, top, dtype=torch.long, device=self.device),
-                torch.zeros(1, self.table_width, dtype=torch.int32, device=self.device),
+                torch.full((1, top), scratch_slot, dtype=torch.long, device=self.device),
+                torch.full(
+                    (1, self.table_width), SCRATCH_BLOCK, dtype=torch.int32, device=self.device
+                ),
             )
             # One memory pool for them all, captured largest first (nano-vllm's order): they
             # run one at a time, and each keeps only its logits.
@@ -321,7 +325,8 @@ class Runner:
             return self.decode(inputs.tokens, inputs.positions, inputs.slots, inputs.tables)
         length = inputs.tokens.size(1)
         if self.prefill_graphs and inputs.tokens.size(0) == 1 and inputs.last_only:
-            bucket = next((b for b in sorted(self.prefill_graphs) if b >= length), None)
+            # Smallest bucket that holds the step (the dict keeps the capture order, largest first).
+            bucket = next((b for b in reversed(self.prefill_graphs) if b >= length), None)
             if bucket is not None:
                 return self._replay_prefill(inputs, bucket)
         layout = Layout(inputs.positions, inputs.slots, inputs.tables)
@@ -365,11 +370,8 @@ class Runner:
     def _capture_prefill(
         self, bucket: int, pool: "_POOL_HANDLE"
     ) -> tuple[torch.cuda.CUDAGraph, Tensor]:
-        """A one-sequence prefill of `bucket` tokens: warmed up eagerly on a side stream, then
-        captured (it writes the scratch block only: every static input points there)."""
+        """A one-sequence prefill of `bucket` tokens, warmed up eagerly, then captured."""
         static = self.prefill_static
-        static.slots.fill_(SCRATCH_BLOCK * BLOCK_SIZE)
-        static.tables.fill_(SCRATCH_BLOCK)
         arguments = (
             static.tokens[:, :bucket],
             static.positions[:, :bucket],
