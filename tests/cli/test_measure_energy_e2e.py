@@ -1,9 +1,12 @@
 """`ipw measure` end to end against a counter whose power is known: the real embedded model and
 meter over a fake RAPL tree whose package draws 20 W (its core zone, inside it, 12 W) and DRAM
 5 W, refreshed every 2 ms. Every task's energy must be 25 W times its windows' time: adding the
-core zone to its package (37 W), or a window counted twice (50 W), gives another number. The
-10 % allowed is for the writer thread's lateness on a busy machine (each refresh is stamped with
-the time it was written, but the meter places it by when it saw the counter step)."""
+core zone to its package (37 W), or a window counted twice (50 W), gives another number.
+
+The counter is a function of the clock at the moment it is read, stepping every 2 ms as the
+hardware's does whatever the machine is doing (a writer thread was late by tens of milliseconds
+on a busy two-core machine, and a task of 0.1 s then drew 20 % more than its power). The 10 %
+allowed covers the 2 ms steps at a window's two ends and the meter's placing of them."""
 
 import os
 import threading
@@ -34,28 +37,56 @@ SUITE = "\n".join(
 )
 
 
-@pytest.fixture
-def steady_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The fake tree in place of /sys, no GPU, and a thread that advances each counter at its
-    power (written whole, as the kernel's file reads)."""
+def _fake_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakePowercap:
+    """The fake tree in place of /sys, and no GPU."""
     tree = FakePowercap(tmp_path / "sys")
     tree.add_zone("intel-rapl:0", "package-0")
     tree.add_zone("intel-rapl:0:0", "core")
     tree.add_zone("intel-rapl:0:2", "dram")
     monkeypatch.setenv(rapl.SYSFS_ROOT_ENV, str(tree.sysfs_root))
     install_fake_nvml(monkeypatch, [])
-    stop = threading.Event()
+    return tree
+
+
+def _energy_uj(power_w: float, since_s: float) -> str:
+    """A counter of `power_w` started at `since_s`, now, in whole refreshes."""
+    refreshed_s = (time.monotonic() - since_s) // REFRESH_S * REFRESH_S
+    return f"{round(power_w * refreshed_s * 1e6)}\n"
+
+
+@pytest.fixture
+def steady_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each zone's energy_uj answers, when this process reads it, its power times the time
+    since the start."""
+    _fake_machine(tmp_path, monkeypatch)
     started_s = time.monotonic()
+    read_file = rapl.read_sysfs
+
+    def read_counter(path: Path, permission_fix: str) -> bytes:
+        power_w = ZONES.get(path.parent.name)
+        if path.name != "energy_uj" or power_w is None:
+            return read_file(path, permission_fix)
+        return _energy_uj(power_w, started_s).encode()
+
+    monkeypatch.setattr(rapl, "read_sysfs", read_counter)
+
+
+@pytest.fixture
+def steady_machine_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The same counters for a command in another process: a thread writes each file whole
+    (as the kernel's reads) every refresh. It can be late on a busy machine, so only tasks of
+    seconds, where that lateness is small, are judged by it."""
+    tree = _fake_machine(tmp_path, monkeypatch)
+    started_s = time.monotonic()
+    stop = threading.Event()
 
     def advance() -> None:
-        while not stop.is_set():
-            elapsed_s = time.monotonic() - started_s
+        while not stop.wait(REFRESH_S):
             for zone, power_w in ZONES.items():
                 counter = tree.class_dir / zone / "energy_uj"
                 fresh = counter.with_name("energy_uj.new")
-                fresh.write_text(f"{round(power_w * elapsed_s * 1e6)}\n")
+                fresh.write_text(_energy_uj(power_w, started_s))
                 os.replace(fresh, counter)
-            time.sleep(REFRESH_S)
 
     writer = threading.Thread(target=advance, daemon=True)
     writer.start()

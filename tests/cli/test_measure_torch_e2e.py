@@ -8,11 +8,11 @@ import pytest
 
 from openjarvis.store import open_store
 from tests.cli.test_measure_e2e import run_ipw
-from tests.cli.test_measure_energy_e2e import (  # steady_machine: a fixture used by name
+from tests.cli.test_measure_energy_e2e import (  # steady_machine_files: a fixture used by name
     DRAM_W,
     PACKAGE_W,
     TOLERANCE,
-    steady_machine,  # noqa: F401
+    steady_machine_files,  # noqa: F401
 )
 
 pytest.importorskip("torch")
@@ -24,7 +24,7 @@ def _ipw(*args: str) -> subprocess.CompletedProcess[str]:
     return run_ipw(*args, env={**os.environ, "COLUMNS": "120"})  # data folder: conftest's
 
 
-@pytest.mark.usefixtures("steady_machine")
+@pytest.mark.usefixtures("steady_machine_files")
 def test_torch_engine_measures_and_stores_a_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
