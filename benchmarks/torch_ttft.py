@@ -4,7 +4,8 @@ Three chat requests that share jarvis's ~1,000-token system prompt (as benchmark
 assistant_prefix.py sends them), each with one token out, on an engine that keeps prompt blocks:
 for each, the tokenizing time, the wait from submission to its first step (the engine tokenizes
 again inside it), its prefill steps (from the completion's work pieces), and from the last
-step's end to the token in hand.
+step's end to the token in hand. With --prefill-graphs, the first 32 greedy tokens of each
+request are then checked against an engine that prefills eagerly.
 
 Run (GPU): python3 benchmarks/torch_ttft.py --model FILE.gguf [--compile] [--prefill-graphs]
 """
@@ -12,6 +13,7 @@ Run (GPU): python3 benchmarks/torch_ttft.py --model FILE.gguf [--compile] [--pre
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
@@ -58,8 +60,23 @@ def main() -> None:
     try:
         for question in QUESTIONS:
             one(engine, question)
+        replies = (
+            [_greedy(engine, question) for question in QUESTIONS] if args.prefill_graphs else []
+        )
     finally:
         engine.close()
+    if replies:
+        eager = TorchEngine(args.model, replace(settings, prefill_graphs=False))
+        try:
+            same = replies == [_greedy(eager, question) for question in QUESTIONS]
+        finally:
+            eager.close()
+        print(f"greedy tokens with prefill graphs == eager prefill: {same}")
+
+
+def _greedy(engine: TorchEngine, question: str) -> str:
+    messages = (ChatMessage("system", _system()), ChatMessage("user", question))
+    return engine.generate(ChatRequest(messages, max_tokens=32, temperature=0.0)).text
 
 
 if __name__ == "__main__":

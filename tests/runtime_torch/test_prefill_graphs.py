@@ -76,3 +76,37 @@ def test_one_sequence_per_prefill_step_where_prefill_replays_graphs() -> None:
     assert second is not None and second.kind == "prefill"
     assert [len(s.rows) for s in (first, second)] == [1, 1]
     assert first.rows[0].sequence is not second.rows[0].sequence
+
+
+def _greedy_runs(settings: TorchSettings, prompts: list[list[int]]) -> list[list[int]]:
+    engine = TorchEngine("tiny-tp", settings)
+    try:
+        runs = [[token for token, _ in engine.generate_tokens(p, 12)] for p in prompts]
+        # Together too: each prefill its own step, the decode steps shared.
+        streams = [engine.generate_tokens(p, 12) for p in prompts]
+        runs += [[token for token, _ in stream] for stream in streams]
+        return runs
+    finally:
+        engine.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_prefill_replayed_from_graphs_picks_the_eager_tokens_on_a_gpu() -> None:
+    """Prompts in several buckets (5 to 70 tokens), one after a cached prefix of two blocks."""
+    prefix = [(7 * i + 3) % 240 for i in range(40)]
+    prompts = [
+        prefix[:5],
+        prefix[:27],
+        prefix,
+        [*prefix, 9, 8, 7],
+        [(3 * i) % 240 for i in range(70)],
+    ]
+
+    def settings(graphs: bool) -> TorchSettings:
+        return TorchSettings(
+            device="cuda", max_seq_len=128, seed=11, concurrency=4, compile=False,
+            cuda_graphs=graphs, prefill_graphs=graphs,
+        )  # fmt: skip
+
+    assert _greedy_runs(settings(True), prompts) == _greedy_runs(settings(False), prompts)
