@@ -28,10 +28,13 @@ PENDING = -1
 # What a consumer receives: a batch of (token, arrival time) ending with None at the end, or the
 # error.
 Delivery = list[tuple[int, float] | None] | BaseException
-# Consumers are handed their tokens at most this often while steps run back to back (and at once
-# when a sequence ends or the engine goes idle): one wake-up per consumer per period rather than
-# per step, which on a small model would take the interpreter from the step loop.
+# Consumers are handed their tokens in periods while steps run back to back: one wake-up per
+# consumer per period rather than per step, which on a small model would take the interpreter
+# from the step loop. The period is at least DELIVERY_PERIOD_S and long enough that all the
+# running sequences' consumers together wake at most DELIVERY_WAKES_PER_S times a second (64
+# streams: every 64 ms). A sequence's first token and its end are handed over at once, alone.
 DELIVERY_PERIOD_S = 0.01
+DELIVERY_WAKES_PER_S = 1000.0
 
 
 @dataclass(eq=False)
@@ -111,7 +114,8 @@ class Scheduler:
         # the GPU nothing.
         self._undelivered: list[tuple[Sequence, tuple[int, float] | None]] = []
         self._delivered_s = float("-inf")
-        self._ending = False  # a sequence ended since the last delivery
+        # Sequences whose first token or end is undelivered: handed over without waiting.
+        self._urgent: set[int] = set()
 
     def add(self, sequence: Sequence) -> None:
         """Queue a sequence (the engine has checked it against the context); one that could
@@ -253,6 +257,8 @@ class Scheduler:
             assert token is not None, "a sampled row has its token"
             sequence.output.append(token)
             self._undelivered.append((sequence, (token, end_s)))
+            if len(sequence.output) == 1:
+                self._urgent.add(id(sequence))
             if token in sequence.end_tokens or len(sequence.output) >= sequence.max_tokens:
                 self._finish(sequence)
         return len(live)
@@ -263,21 +269,30 @@ class Scheduler:
         self.pool.give_back(sequence.blocks)
         sequence.blocks = []
         self._undelivered.append((sequence, None))
-        self._ending = True
+        self._urgent.add(id(sequence))
 
     def deliver(self, now_s: float | None = None) -> None:
         """Hand the decided tokens and ends to their consumers, one batch each. With `now_s`
-        (between steps), only once a delivery period has passed or a sequence has ended."""
-        if now_s is not None and not self._ending and now_s - self._delivered_s < DELIVERY_PERIOD_S:
-            return
-        undelivered, self._undelivered = self._undelivered, []
+        (between steps), everything once a delivery period has passed, else only the
+        sequences with a first token or an end to hand over."""
+        if now_s is not None and now_s - self._delivered_s < self._period_s():
+            if not self._urgent:
+                return
+            urgent = self._urgent
+            undelivered = [item for item in self._undelivered if id(item[0]) in urgent]
+            self._undelivered = [item for item in self._undelivered if id(item[0]) not in urgent]
+        else:
+            undelivered, self._undelivered = self._undelivered, []
+            self._delivered_s = time.monotonic() if now_s is None else now_s
+        self._urgent = set()
         batches: dict[int, tuple[Sequence, list[tuple[int, float] | None]]] = {}
         for sequence, item in undelivered:
             batches.setdefault(id(sequence), (sequence, []))[1].append(item)
         for sequence, batch in batches.values():
             sequence.outbox.put(batch)
-        self._delivered_s = time.monotonic() if now_s is None else now_s
-        self._ending = False
+
+    def _period_s(self) -> float:
+        return max(DELIVERY_PERIOD_S, len(self.running) / DELIVERY_WAKES_PER_S)
 
     def fail(self, error: BaseException) -> None:
         """The step failed: every sequence gets the error and its blocks back."""
