@@ -22,6 +22,7 @@ class GgufTokenizer:
         except ImportError as error:
             raise UserError("llama-cpp-python is missing: pip install llama-cpp-python") from error
         self._llama = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        self._pieces: dict[int, bytes] = {}
         model = self._llama._model
         self.end_tokens = frozenset(
             token
@@ -46,5 +47,10 @@ class GgufTokenizer:
         return self.encode(prompt, not self.chat_template.prompt_has_bos(prompt), special=True)
 
     def piece(self, token: int) -> bytes:
-        """The bytes of one token: pieces join into text only once a character is complete."""
-        return bytes(self._llama.detokenize([token]))
+        """The bytes of one token: pieces join into text only once a character is complete.
+        Kept once looked up: a call into llama.cpp per token per stream cost more than a
+        dictionary's lookup, and a token's bytes never change."""
+        known = self._pieces.get(token)
+        if known is None:
+            known = self._pieces[token] = bytes(self._llama.detokenize([token]))
+        return known
