@@ -78,6 +78,11 @@ class Generation:
     def join(self) -> None:
         self._thread.join()
 
+    def interrupt(self, error: BaseException) -> None:
+        """On the loop: `next_batch` raises `error` once the chunks handed over before it are
+        taken (the server is shutting down)."""
+        self._batches.put_nowait([error])
+
     async def next_batch(self) -> list[Item]:
         """The chunks produced since the last call (at least one item), Finished last once
         there; re-raises what the engine or the meter raised, after the chunks before it."""

@@ -191,7 +191,7 @@ class EnergyServer:
         self._generations_lock = threading.Lock()
         # Set on the server's loop when it shuts down: streams end with an error event and
         # [DONE] instead of being cut (a client error, and tracebacks from the ASGI server).
-        self._stopping = asyncio.Event()
+        self._stopping = False  # set on the loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics = ServeMetrics(engine.model_name, in_flight=lambda: len(self._generations))
         try:
@@ -230,7 +230,7 @@ class EnergyServer:
         event and [DONE]."""
         if self._loop is not None:
             with suppress(RuntimeError):  # the loop has already closed
-                self._loop.call_soon_threadsafe(self._stopping.set)
+                self._loop.call_soon_threadsafe(self._stop_streams)
         self._uvicorn.should_exit = True
         if self._thread is not None:
             self._thread.join()
@@ -419,16 +419,18 @@ class EnergyServer:
 
     async def _next_unless_stopping(self, generation: Generation) -> list[Item]:
         """The generation's next items, or _Stopping once the server shuts down."""
-        if self._stopping.is_set():
+        if self._stopping:
             raise _Stopping
-        following = asyncio.ensure_future(generation.next_batch())
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        done, _ = await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if following in done:
-            stopping.cancel()
-            return following.result()
-        following.cancel()
-        raise _Stopping
+        return await generation.next_batch()
+
+    def _stop_streams(self) -> None:
+        """On the loop, at shutdown: every stream's next wait raises _Stopping (one awaited
+        queue per stream, rather than a second task per batch to watch for this)."""
+        self._stopping = True
+        with self._generations_lock:
+            streams = [g for g in self._generations if g.parsed.stream]
+        for generation in streams:
+            generation.interrupt(_Stopping())
 
     def _end(self, generation: Generation) -> None:
         generation.cancel()  # a no-op once finished; frees the engine if the client left
