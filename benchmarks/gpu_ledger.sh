@@ -3,8 +3,8 @@
 # under load, one step per device call.
 #   bash benchmarks/gpu_ledger.sh serve     # serve_load.py on the torch engine, 1..64 clients
 #   bash benchmarks/gpu_ledger.sh measure   # ipw measure --concurrency 32 against torch_batch.py
-# With PREFILL_GRAPHS=1, the server's torch engine replays prefill steps from CUDA graphs (its
-# files are named _prefill_graphs).
+# With EAGER_PREFILL=1, the server's torch engine runs prefill steps eagerly, not from CUDA
+# graphs (its files are named _eager_prefill).
 set -euo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -12,9 +12,9 @@ model=/tmp/model/gemma-3-270m-Q4_K_M.gguf
 out=${OUT:-/tmp}
 tag=""
 serve_flags=()
-if [ -n "${PREFILL_GRAPHS:-}" ]; then
-  serve_flags=(--prefill-graphs)
-  tag="_prefill_graphs"
+if [ -n "${EAGER_PREFILL:-}" ]; then
+  serve_flags=(--eager-prefill)
+  tag="_eager_prefill"
 fi
 case "${1:-}" in
   serve)

@@ -314,19 +314,19 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=8, help="client processes, at most")
     parser.add_argument("--profile", type=Path, help="py-spy of the largest level (raw stacks)")
     parser.add_argument(
-        "--prefill-graphs", action="store_true", help="torch: prefill steps from CUDA graphs"
+        "--eager-prefill", action="store_true", help="torch: prefill steps without CUDA graphs"
     )
     args = parser.parse_args()
     levels_asked = [int(n) for n in args.clients.split(",")]
     prompts = [problem["prompt"] for problem in read_problems().values()]
     spec = EngineSpec(kind=args.engine, model=args.model, concurrency=max(levels_asked))
     model = resolve_engine_model(spec)
-    if args.prefill_graphs and model is not None:  # a torch setting, not a run option yet
+    if args.eager_prefill and model is not None:  # a torch setting, not a run option
         from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 
         concurrency = min(max(levels_asked), TorchSettings().concurrency)
         settings = TorchSettings(max_seq_len=spec.n_ctx, concurrency=concurrency)
-        engine: Engine = TorchEngine(model.path, replace(settings, prefill_graphs=True))
+        engine: Engine = TorchEngine(model.path, replace(settings, prefill_graphs=False))
     else:
         engine = open_engine(spec, model)
     try:

@@ -4,10 +4,10 @@ Three chat requests that share jarvis's ~1,000-token system prompt (as benchmark
 assistant_prefix.py sends them), each with one token out, on an engine that keeps prompt blocks:
 for each, the tokenizing time, the wait from submission to its first step (the engine tokenizes
 again inside it), its prefill steps (from the completion's work pieces), and from the last
-step's end to the token in hand. With --prefill-graphs, the first 32 greedy tokens of each
+step's end to the token in hand. Unless --eager-prefill, the first 32 greedy tokens of each
 request are then checked against an engine that prefills eagerly.
 
-Run (GPU): python3 benchmarks/torch_ttft.py --model FILE.gguf [--compile] [--prefill-graphs]
+Run (GPU): python3 benchmarks/torch_ttft.py --model FILE.gguf [--no-compile] [--eager-prefill]
 """
 
 import argparse
@@ -47,22 +47,19 @@ def one(engine: TorchEngine, question: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
-    parser.add_argument("--compile", action="store_true", help="compile the decode step")
-    parser.add_argument("--prefill-graphs", action="store_true", help="prefill from CUDA graphs")
-    args = parser.parse_args()
-    settings = TorchSettings(
-        max_seq_len=4096,
-        compile=args.compile,
-        cuda_graphs=args.compile or args.prefill_graphs,
-        prefill_graphs=args.prefill_graphs,
+    parser.add_argument(
+        "--no-compile", action="store_true", help="an eager decode step (the GPU compiles it)"
     )
+    parser.add_argument("--eager-prefill", action="store_true", help="prefill without graphs")
+    args = parser.parse_args()
+    graphs = not args.eager_prefill
+    compile = False if args.no_compile else None  # None: the engine's default
+    settings = TorchSettings(max_seq_len=4096, compile=compile, prefill_graphs=graphs)
     engine = TorchEngine(args.model, settings)
     try:
         for question in QUESTIONS:
             one(engine, question)
-        replies = (
-            [_greedy(engine, question) for question in QUESTIONS] if args.prefill_graphs else []
-        )
+        replies = [_greedy(engine, question) for question in QUESTIONS] if graphs else []
     finally:
         engine.close()
     if replies:

@@ -28,9 +28,10 @@ class TorchSettings:
     reuse_prompt_cache: bool = True
     cuda_graphs: bool = True  # replay decode steps from CUDA graphs, one per batch bucket (GPU)
     # Also replay prefill steps from CUDA graphs, one sequence per step, one graph per prompt
-    # length bucket (GPU, one process): an eager prefill step is launch-bound, about 0.1 s for
-    # the embedded model on an H200 whatever its length (docs/benchmarks.md). Off until measured.
-    prefill_graphs: bool = False
+    # length bucket (GPU, one process): an eager prefill step is launch-bound, 70-100 ms for the
+    # embedded model on an H200 whatever its length, a replayed one 9-12 ms, the same tokens
+    # (docs/benchmarks.md).
+    prefill_graphs: bool = True
     # torch.compile the decode step (fusing norms, RoPE, residuals: fewer, larger kernels).
     # None: on the GPU, off on the CPU (where inductor's C++ build costs more than it saves).
     compile: bool | None = None
