@@ -62,3 +62,37 @@ def test_embedded_model_header() -> None:
     assert header.quantisation == "Q4_K_M"
     assert 260_000_000 < header.parameter_count < 280_000_000  # "270M"
     assert header.arch_value("block_count") == 18
+
+
+@pytest.mark.parametrize("alignment", [None, 64])
+def test_each_tensor_is_where_ggufs_own_reader_finds_it(
+    tmp_path: Path, alignment: int | None
+) -> None:
+    """A file written by the gguf package (F32, F16 and Q8_0 tensors, a long vocabulary): our
+    table gives each tensor's type and data offset as gguf's reader does."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    path = tmp_path / "written.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    if alignment is not None:
+        writer.add_custom_alignment(alignment)
+    writer.add_token_list([f"t{i}" for i in range(300)])
+    rng = np.random.default_rng(0)
+    writer.add_tensor("norm", rng.standard_normal(48).astype(np.float32))
+    writer.add_tensor("half", rng.standard_normal((3, 40)).astype(np.float16))
+    q8 = gguf.quantize(
+        rng.standard_normal((4, 64)).astype(np.float32), gguf.GGMLQuantizationType.Q8_0
+    )
+    writer.add_tensor("q8", q8, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    ours = read_gguf_header(path).tensors
+    theirs = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    assert set(ours) == set(theirs) == {"norm", "half", "q8"}
+    for name, tensor in ours.items():
+        assert tensor.offset == theirs[name].data_offset
+        assert tensor.kind == int(theirs[name].tensor_type)
+        assert tensor.shape == tuple(int(d) for d in theirs[name].shape)

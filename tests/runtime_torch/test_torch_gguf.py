@@ -19,6 +19,7 @@ from openjarvis.errors import UserError  # noqa: E402
 from openjarvis.runtime.models import resolve_model  # noqa: E402
 from openjarvis.runtime.torch.config import TorchSettings  # noqa: E402
 from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
+from openjarvis.runtime.torch.loading import load_gguf  # noqa: E402
 from openjarvis.runtime.types import GenerationRequest  # noqa: E402
 
 MIN_CORRELATION = 0.995
@@ -130,3 +131,11 @@ def test_sampling_is_reproducible_from_its_seed_and_differs_from_greedy(
     others = {text(1.0, seed) for seed in (8, 9, 10)}
     assert len(others | {first}) > 1, "four seeds gave one text: not sampling"
     assert any(sample != greedy for sample in others | {first})
+
+
+def test_a_gguf_cut_inside_its_weights_is_one_clear_error(gemma_path: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.gguf"
+    with gemma_path.open("rb") as whole:
+        cut.write_bytes(whole.read(20 * 1024 * 1024))  # the header and some tensors
+    with pytest.raises(UserError, match=r"cut.gguf ends inside tensor .*re-download"):
+        load_gguf(cut)

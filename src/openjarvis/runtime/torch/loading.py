@@ -6,17 +6,15 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from openjarvis.errors import UserError
+from openjarvis.runtime.gguf import GgufHeader, GgufTensor, read_gguf_header
 from openjarvis.runtime.torch.model import ModelConfig, Transformer
-
-if TYPE_CHECKING:
-    from gguf import GGUFReader
 
 __all__ = [
     "build_model",
@@ -233,13 +231,13 @@ def _with_output(config: ModelConfig, state: StateDict) -> StateDict:
 # ---- GGUF ---------------------------------------------------------------------------------
 
 
-def config_from_gguf(reader: "GGUFReader", max_seq_len: int | None = None) -> ModelConfig:
+def config_from_gguf(header: GgufHeader, max_seq_len: int | None = None) -> ModelConfig:
     """Our config from a GGUF's metadata (llama.cpp's keys)."""
-    fields = reader.fields
+    metadata = header.metadata
 
-    def value(key: str, default: object = None) -> Any:  # gguf's contents() is Any
-        field = fields.get(key)
-        return default if field is None else field.contents()
+    def value(key: str, default: object = None) -> Any:  # a metadata value of any GGUF type
+        found = metadata.get(key)
+        return default if found is None else found
 
     arch = str(value("general.architecture"))
     if arch not in _SUPPORTED_GGUF:
@@ -247,7 +245,7 @@ def config_from_gguf(reader: "GGUFReader", max_seq_len: int | None = None) -> Mo
             f"GGUF architecture {arch!r} is not supported by the torch engine "
             f"(supported: {', '.join(_SUPPORTED_GGUF)}); use the llama.cpp engine"
         )
-    tensor_names = {tensor.name for tensor in reader.tensors}
+    tensor_names = set(header.tensors)
     if "rope_freqs.weight" in tensor_names:
         raise UserError("GGUFs with rope_freqs (Llama 3.1 long context) are not supported yet")
 
@@ -259,7 +257,7 @@ def config_from_gguf(reader: "GGUFReader", max_seq_len: int | None = None) -> Mo
     head_dim = arch_int("attention.key_length", dim // heads)
     layers = arch_int("block_count")
     gemma = arch == "gemma3"
-    vocab = len(value("tokenizer.ggml.tokens", []))
+    vocab = header.array_lengths.get("tokenizer.ggml.tokens", 0)
     scaling_type = value(f"{arch}.rope.scaling.type")
     rope_scaling: dict[str, float | str] | None = None
     if scaling_type == "linear":
@@ -310,17 +308,22 @@ def load_gguf(path: Path, max_seq_len: int | None = None) -> tuple[ModelConfig, 
         import gguf
     except ImportError as error:
         raise UserError("the gguf package is missing: pip install 'openjarvis[torch]'") from error
-    reader = gguf.GGUFReader(str(path))
-    config = config_from_gguf(reader, max_seq_len)
+    header = read_gguf_header(path)
+    config = config_from_gguf(header, max_seq_len)
     gemma = config.norm_weight_offset != 0.0
-    llama = reader.fields["general.architecture"].contents() == "llama"
+    llama = header.architecture == "llama"
+    data = np.memmap(path, dtype=np.uint8, mode="r")
     state: StateDict = {}
-    for tensor in reader.tensors:
-        name = _gguf_name(tensor.name)
-        if tensor.tensor_type == gguf.GGMLQuantizationType.Q8_0:
-            weight = _dequantize_q8_0(tensor.data)
+    for gguf_name, tensor in header.tensors.items():
+        name = _gguf_name(gguf_name)
+        raw = _tensor_bytes(data, tensor, path, gguf_name)
+        if tensor.kind == gguf.GGMLQuantizationType.Q8_0:
+            weight = _dequantize_q8_0(raw)
         else:
-            values = gguf.dequantize(tensor.data, tensor.tensor_type)
+            try:
+                values = gguf.dequantize(raw, gguf.GGMLQuantizationType(tensor.kind))
+            except NotImplementedError as error:
+                raise UserError(f"tensor {gguf_name} of {path}: {error}") from None
             weight = torch.from_numpy(np.array(values, dtype=np.float32))
         # llama.cpp's converter stores Gemma's norm weights as 1 + w; we keep w (offset 1).
         if gemma and name.endswith("norm.weight"):
@@ -329,6 +332,26 @@ def load_gguf(path: Path, max_seq_len: int | None = None) -> tuple[ModelConfig, 
             weight = _unpermute_llama(name, weight, config)
         state[name] = weight
     return config, _with_output(config, state)
+
+
+def _tensor_bytes(data: np.ndarray, tensor: GgufTensor, path: Path, name: str) -> np.ndarray:
+    """A tensor's bytes in the file, shaped [slowest dimension first ..., bytes of a row]: what
+    gguf's dequantize takes for every type."""
+    import gguf
+
+    try:
+        kind = gguf.GGMLQuantizationType(tensor.kind)
+    except ValueError:
+        raise UserError(f"tensor {name} of {path} has an unknown type ({tensor.kind})") from None
+    block, block_bytes = gguf.GGML_QUANT_SIZES[kind]
+    *outer, row = reversed(tensor.shape)
+    row_bytes = row // block * block_bytes
+    size = row_bytes
+    for dimension in outer:
+        size *= dimension
+    if tensor.offset + size > data.size:
+        raise UserError(f"{path} ends inside tensor {name}; re-download the model file")
+    return data[tensor.offset : tensor.offset + size].reshape(*outer, row_bytes)
 
 
 def _dequantize_q8_0(data: np.ndarray) -> Tensor:
