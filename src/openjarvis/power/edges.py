@@ -188,9 +188,7 @@ def _work_claim_s(span: Span, until_s: float, low_s: float, high_s: float) -> fl
     low_s, high_s = max(low_s, span.start_s), min(high_s, span.end_s, until_s)
     claim_s = 0.0
     work = span.work
-    first = bisect.bisect_right(work, low_s, key=_end_s)
-    for index in range(first, len(work)):
-        piece = work[index]
+    for piece in itertools.islice(work, bisect.bisect_right(work, low_s, key=_end_s), None):
         start_s = piece.start_s
         if start_s >= high_s:
             break

@@ -1,0 +1,103 @@
+"""What splitting the counter by a batching engine's step ledger costs the meter, per second of
+load, with 1 to 64 requests in flight: the accountant's CPU time (the meter's own
+`accounting_cpu_s`) over simulated time, as a share of one core.
+
+A fake GPU counter (NVML's, refreshed every 100 ms) on a fake clock, and an engine that runs
+decode steps of `--step-ms` back to back over the requests in flight, each request `--tokens`
+steps long and replaced by a new one when it ends (requests staggered, as clients' are). The
+sampler is driven by hand: it reads the counter when the delay its last poll returned has
+passed, as its thread would. The clock is fake, so the CPU per simulated second is what the
+same work would cost in real time; the script's own engine loop is not counted.
+
+Run: `.venv/bin/python benchmarks/power_accounting.py [--seconds 10] [--step-ms 3]`; run it at
+two commits to compare them (docs/benchmarks.md).
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+from openjarvis.power import Meter
+from openjarvis.runtime.ledger import StepLedger, WorkPiece
+
+# The fakes live in tests/fakes, importable from the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.fakes.clock import FakeClock
+from tests.fakes.nvml import FakeGpu, SteppingCounter, install_fake_nvml
+
+__all__ = ["main"]
+
+UUID = "GPU-aaaa1111-0000-0000-0000-000000000000"
+
+
+def accounting_share(in_flight: int, seconds: float, step_s: float, tokens: int) -> float:
+    """The accountant's CPU seconds per simulated second with `in_flight` requests."""
+    patch = pytest.MonkeyPatch()
+    try:
+        clock = FakeClock()
+        fake = install_fake_nvml(patch, [FakeGpu(UUID)])
+        SteppingCounter(clock, fake.gpus[0], lambda t: 300.0, phase_s=0.037, step_s=step_s)
+        meter = Meter.discover(
+            "accelerator", "/nonexistent", estimate_cpu=False, clock=clock, sleep=clock.sleep
+        )
+        due_s = clock.now_s
+
+        def spend(span_s: float) -> None:
+            nonlocal due_s
+            end_s = clock.now_s + span_s
+            while clock.now_s < end_s - 1e-12:
+                if clock.now_s >= due_s:
+                    due_s = clock.now_s + max(meter.poll(), 1e-4)
+                clock.advance(min(due_s, end_s) - clock.now_s)
+
+        spend(0.5)
+        meter.measure_idle(1.0)
+        ledger = StepLedger(clock)
+        meter.follow(ledger)
+        ledger.busy()
+        running: list[tuple[object, list[WorkPiece], list[int]]] = []
+
+        def start(done: int) -> None:
+            context = meter.window("request")
+            handle = context.__enter__()
+            work: list[WorkPiece] = []
+            ledger.attach(handle.key, work)
+            running.append((context, work, [done]))
+
+        for i in range(in_flight):
+            start(i * tokens // in_flight)
+        before_s = meter.accounting_cpu_s
+        for _ in range(round(seconds / step_s)):
+            start_s = clock.now_s
+            spend(step_s)
+            piece = WorkPiece(start_s, clock.now_s, 1.0 / len(running), len(running))
+            for _, work, done in running:
+                work.append(piece)
+                done[0] += 1
+            ledger.landed(clock.now_s)
+            for entry in [e for e in running if e[2][0] >= tokens]:
+                entry[0].__exit__(None, None, None)  # type: ignore[attr-defined]  # a context
+                running.remove(entry)
+                start(0)
+        return (meter.accounting_cpu_s - before_s) / seconds
+    finally:
+        patch.undo()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="of simulated load")
+    parser.add_argument("--step-ms", type=float, default=3.0, help="one decode step")
+    parser.add_argument("--tokens", type=int, default=256, help="steps per request")
+    parser.add_argument("--in-flight", default="1,8,32,64")
+    args = parser.parse_args()
+    print("in flight | accounting, % of a core")
+    for in_flight in (int(n) for n in args.in_flight.split(",")):
+        share = accounting_share(in_flight, args.seconds, args.step_ms / 1e3, args.tokens)
+        print(f"{in_flight:9d} | {100 * share:.2f}")
+
+
+if __name__ == "__main__":
+    main()
