@@ -96,3 +96,13 @@ def test_each_tensor_is_where_ggufs_own_reader_finds_it(
         assert tensor.offset == theirs[name].data_offset
         assert tensor.kind == int(theirs[name].tensor_type)
         assert tensor.shape == tuple(int(d) for d in theirs[name].shape)
+
+
+def test_a_skipped_array_with_strings_longer_than_the_read_ahead(tmp_path: Path) -> None:
+    strings = ["x" * (3 * 1024 * 1024) if i == 40 else f"s{i}" for i in range(100)]
+    metadata = {"general.architecture": "llama", "long": strings, "after": 7}
+    path = write_gguf(tmp_path / "long.gguf", metadata, {"w": (8, 2)})
+    header = read_gguf_header(path)
+    assert header.array_lengths["long"] == 100
+    assert header.metadata["after"] == 7
+    assert header.tensor_shapes == {"w": (8, 2)}
