@@ -139,3 +139,25 @@ def test_a_gguf_cut_inside_its_weights_is_one_clear_error(gemma_path: Path, tmp_
         cut.write_bytes(whole.read(20 * 1024 * 1024))  # the header and some tensors
     with pytest.raises(UserError, match=r"cut.gguf ends inside tensor .*re-download"):
         load_gguf(cut)
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [(26, r"w of .* is of type I32, which the torch engine cannot read"), (999, r"unknown type")],
+    ids=["integer", "unknown"],
+)
+def test_a_tensor_type_the_loader_cannot_read_is_named_before_any_weight_is_read(
+    kind: int, message: str
+) -> None:
+    import gguf
+
+    from openjarvis.runtime.gguf import GgufHeader, GgufTensor
+    from openjarvis.runtime.torch.loading import _tensor_kinds
+
+    header = GgufHeader(
+        3, {}, {}, {"norm": GgufTensor((8,), 0, 0), "w": GgufTensor((8,), kind, 32)}
+    )
+    with pytest.raises(UserError, match=message):
+        _tensor_kinds(gguf, header, Path("model.gguf"))
+    readable = GgufHeader(3, {}, {}, {"q": GgufTensor((32,), 12, 0)})  # Q4_K
+    assert _tensor_kinds(gguf, readable, Path("m.gguf")) == {"q": gguf.GGMLQuantizationType.Q4_K}

@@ -3,7 +3,7 @@
 Enough for the catalog (quantisation, parameter count), the roofline (layers, KV heads) and
 the torch engine's loader (each tensor's type and place in the file); long arrays such as the
 tokenizer's vocabulary are skipped, not loaded (gguf's own reader builds an array per
-vocabulary entry: 30 of the 45 s the embedded model took to load on a CPU).
+vocabulary entry: 22-29 s for the embedded model on a 2-core CPU).
 """
 
 import struct
@@ -62,10 +62,6 @@ class GgufHeader:
     tensors: dict[str, GgufTensor]
 
     @property
-    def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: tensor.shape for name, tensor in self.tensors.items()}
-
-    @property
     def architecture(self) -> str | None:
         value = self.metadata.get("general.architecture")
         return value if isinstance(value, str) else None
@@ -116,7 +112,8 @@ class _Reader:
 
     def skip_strings(self, count: int) -> None:
         """Skip `count` length-prefixed strings (a vocabulary: 262,144 for Gemma 3), reading
-        ahead a megabyte at a time: a read and a seek per string took a second or more."""
+        ahead a megabyte at a time (the embedded model's header: 0.34 s with a read and a seek
+        per string, 0.08 s so)."""
         handle, block, at = self._handle, b"", 0
         for _ in range(count):
             if at + 8 > len(block):

@@ -310,21 +310,18 @@ def load_gguf(path: Path, max_seq_len: int | None = None) -> tuple[ModelConfig, 
         raise UserError("the gguf package is missing: pip install 'openjarvis[torch]'") from error
     header = read_gguf_header(path)
     config = config_from_gguf(header, max_seq_len)
+    kinds = _tensor_kinds(gguf, header, path)
     gemma = config.norm_weight_offset != 0.0
     llama = header.architecture == "llama"
     data = np.memmap(path, dtype=np.uint8, mode="r")
     state: StateDict = {}
     for gguf_name, tensor in header.tensors.items():
-        name = _gguf_name(gguf_name)
-        raw = _tensor_bytes(data, tensor, path, gguf_name)
-        if tensor.kind == gguf.GGMLQuantizationType.Q8_0:
+        name, kind = _gguf_name(gguf_name), kinds[gguf_name]
+        raw = _tensor_bytes(data, tensor, gguf.GGML_QUANT_SIZES[kind], path, gguf_name)
+        if kind == gguf.GGMLQuantizationType.Q8_0:
             weight = _dequantize_q8_0(raw)
         else:
-            try:
-                values = gguf.dequantize(raw, gguf.GGMLQuantizationType(tensor.kind))
-            except NotImplementedError as error:
-                raise UserError(f"tensor {gguf_name} of {path}: {error}") from None
-            weight = torch.from_numpy(np.array(values, dtype=np.float32))
+            weight = torch.from_numpy(np.array(gguf.dequantize(raw, kind), dtype=np.float32))
         # llama.cpp's converter stores Gemma's norm weights as 1 + w; we keep w (offset 1).
         if gemma and name.endswith("norm.weight"):
             weight = weight - 1.0
@@ -334,16 +331,35 @@ def load_gguf(path: Path, max_seq_len: int | None = None) -> tuple[ModelConfig, 
     return config, _with_output(config, state)
 
 
-def _tensor_bytes(data: np.ndarray, tensor: GgufTensor, path: Path, name: str) -> np.ndarray:
-    """A tensor's bytes in the file, shaped [slowest dimension first ..., bytes of a row]: what
-    gguf's dequantize takes for every type."""
-    import gguf
+def _tensor_kinds(gguf: Any, header: GgufHeader, path: Path) -> dict[str, Any]:
+    """Each tensor's ggml type, all checked before any weight is read: a type gguf does not
+    know, or one its dequantize cannot read (integer tensors, llama.cpp's intermediate Q8_1
+    and Q8_K), is one clear error. gguf.quants names a class after each type it reads."""
+    kinds = {}
+    for name, tensor in header.tensors.items():
+        try:
+            kind = gguf.GGMLQuantizationType(tensor.kind)
+        except ValueError:
+            raise UserError(
+                f"tensor {name} of {path} has an unknown type ({tensor.kind})"
+            ) from None
+        if kind.name not in ("F32", "F16") and not isinstance(
+            getattr(gguf.quants, kind.name, None), type
+        ):
+            raise UserError(
+                f"tensor {name} of {path} is of type {kind.name}, which the torch engine cannot "
+                "read; use the llama.cpp engine"
+            )
+        kinds[name] = kind
+    return kinds
 
-    try:
-        kind = gguf.GGMLQuantizationType(tensor.kind)
-    except ValueError:
-        raise UserError(f"tensor {name} of {path} has an unknown type ({tensor.kind})") from None
-    block, block_bytes = gguf.GGML_QUANT_SIZES[kind]
+
+def _tensor_bytes(
+    data: np.ndarray, tensor: GgufTensor, block_sizes: tuple[int, int], path: Path, name: str
+) -> np.ndarray:
+    """A tensor's bytes in the file, shaped [slowest dimension first ..., bytes of a row]: what
+    gguf's dequantize takes for every type. `block_sizes`: (values, bytes) of one block."""
+    block, block_bytes = block_sizes
     *outer, row = reversed(tensor.shape)
     row_bytes = row // block * block_bytes
     size = row_bytes
