@@ -169,13 +169,7 @@ class Accountant:
             for track, account in zip(self.tracks, window.accounts, strict=True)
         )
         total = sum_scope(sources, self.scope)
-        if final and window.energy is not None:  # no step joins a window after its end
-            batch = window.energy.mean_batch
-        else:  # a pass over every step the window had: the accountant's costliest line
-            ledger = self.ledger
-            batch = mean_batch(
-                () if window.key is None or ledger is None else ledger.pieces(window.key)
-            )
+        pieces = () if window.key is None or self.ledger is None else self.ledger.pieces(window.key)
         return WindowEnergy(
             label=window.label,
             start_s=window.start_s,
@@ -191,7 +185,7 @@ class Accountant:
             # Windows one after another may meet inside one interval, which their work then
             # splits too; only a window that ran beside another shared the engine.
             shared=window.overlapped and any(source.shared for source in sources),
-            mean_batch=batch,
+            mean_batch=mean_batch(pieces),
             tail_energy_j=total.tail_j,
             prefill_energy_j=total.prefill_j,
             decode_energy_j=(
