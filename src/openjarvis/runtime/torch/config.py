@@ -28,7 +28,7 @@ class TorchSettings:
     reuse_prompt_cache: bool = True
     cuda_graphs: bool = True  # replay decode steps from CUDA graphs, one per batch bucket (GPU)
     # Also replay prefill steps from CUDA graphs, one sequence per step, one graph per prompt
-    # length bucket (GPU, one process): an eager prefill step is launch-bound, 70-100 ms for the
+    # length bucket (GPU, one process): an eager prefill step is launch-bound, 69-101 ms for the
     # embedded model on an H200 whatever its length, a replayed one 9-12 ms, the same tokens
     # (docs/benchmarks.md).
     prefill_graphs: bool = True
