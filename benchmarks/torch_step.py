@@ -11,8 +11,12 @@ For each batch size B it times, on one engine (random bf16 weights of a preset):
   step must read over the measured copy bandwidth (the roofline) beside them;
 - the weight products alone at M = B (torch.mm on the layer's shapes, separate and fused),
   each as achieved bandwidth.
+With --prefill LENGTHS, one sequence's prefill step instead, of each length after --cached
+tokens: replayed from the engine's prefill graph for its table's width, from the graph for the
+widest table (the whole context), and eagerly; with the kernels of the first.
 
 `PYTHONPATH=src python3 benchmarks/torch_step.py --preset llama-3-8b --batches 1,64,128`
+`PYTHONPATH=src python3 benchmarks/torch_step.py --preset gemma-3-270m --prefill 16,128,1024`
 """
 
 import argparse
@@ -40,6 +44,84 @@ def decode_inputs(runner: object, batch: int, context: int) -> object:
     slots = tables[:, context // BLOCK_SIZE, None].long() * BLOCK_SIZE + context % BLOCK_SIZE
     tokens = torch.randint(0, runner.model.config.vocab_size, (batch, 1))  # type: ignore[attr-defined]
     return StepInputs(True, True, tokens, positions, slots, tables)
+
+
+def prefill_inputs(runner: object, length: int, cached: int, width: int) -> object:
+    """One row's prefill of `length` tokens after `cached` ones, its table `width` blocks."""
+    from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+
+    blocks = -(-(cached + length) // BLOCK_SIZE)
+    assert blocks <= width <= runner.table_width and blocks < runner.blocks  # type: ignore[attr-defined]
+    tables = torch.zeros(1, width, dtype=torch.int32)
+    tables[0, :blocks] = torch.arange(1, 1 + blocks)
+    positions = torch.arange(cached, cached + length)[None]
+    slots = tables.long()[0, positions // BLOCK_SIZE] * BLOCK_SIZE + positions % BLOCK_SIZE
+    tokens = torch.randint(0, runner.model.config.vocab_size, (1, length))  # type: ignore[attr-defined]
+    return StepInputs(False, True, tokens, positions, slots, tables)
+
+
+def time_calls(call: object, steps: int) -> float:
+    """Milliseconds per call, each one's argmax read back (as the engine waits for a prefill)."""
+    for _ in range(3):
+        call().argmax(dim=-1).tolist()  # type: ignore[operator]
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        call().argmax(dim=-1).tolist()  # type: ignore[operator]
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def calls_kernels(call: object, steps: int) -> tuple[float, list[dict]]:
+    """GPU time per call (ms) and its kernels grouped by name, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        for _ in range(steps):
+            call()  # type: ignore[operator]
+        torch.cuda.synchronize()
+    totals: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for event in trace.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] += event.device_time
+            counts[event.name] += 1
+    rows = [
+        {"kernel": name[:90], "ms": us / steps / 1e3, "calls": counts[name] / steps}
+        for name, us in sorted(totals.items(), key=lambda item: -item[1])[:12]
+    ]
+    return sum(totals.values()) / steps / 1e3, rows
+
+
+def prefill_diagnose(engine: object, lengths: list[int], cached: int, steps: int) -> None:
+    """Print one prefill step's parts at each length (the module's list)."""
+    runner = engine._runner  # type: ignore[attr-defined]
+    assert runner.prefill_graphs, "the engine captured prefill graphs"
+    for length in lengths:
+        with torch.inference_mode():
+            prefill_one(runner, length, cached, steps)
+
+
+def prefill_one(runner: object, length: int, cached: int, steps: int) -> None:
+    from openjarvis.runtime.torch.runner import BLOCK_SIZE, _on
+
+    device = runner.device  # type: ignore[attr-defined]
+    blocks = -(-(cached + length) // BLOCK_SIZE)
+    exact = _on(prefill_inputs(runner, length, cached, blocks), device)
+    wide = _on(prefill_inputs(runner, length, cached, runner.table_width), device)  # type: ignore[attr-defined]
+    decode = runner._decode  # type: ignore[attr-defined]
+    calls = {
+        "graph": lambda: runner.run(exact),  # type: ignore[attr-defined]
+        "widest graph": lambda: runner.run(wide),  # type: ignore[attr-defined]
+        "eager": lambda: decode(exact.tokens, exact.positions, exact.slots, exact.tables),
+    }
+    summary: dict[str, object] = {"length": length, "cached": cached, "blocks": blocks}
+    for name, call in calls.items():
+        summary[f"{name} ms"] = round(time_calls(call, steps), 3)
+    gpu_ms, rows = calls_kernels(calls["graph"], 5)
+    summary["graph gpu ms"] = round(gpu_ms, 3)
+    print(json.dumps(summary), flush=True)
+    for row in rows:
+        print(f"  {row['ms']:7.3f} ms  x{row['calls']:5.1f}  {row['kernel']}")
 
 
 def time_replay(runner: object, inputs: object, steps: int, pick: bool) -> float:
@@ -180,19 +262,28 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=640)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--prefill", help="prefill lengths (one sequence) instead of decode")
+    parser.add_argument("--cached", type=int, default=0, help="cached tokens before a prefill")
+    parser.add_argument("--max-seq-len", type=int, help="the engine's context (default: fits)")
     args = parser.parse_args()
     from openjarvis.runtime.torch.config import TorchSettings
     from openjarvis.runtime.torch.engine import TorchEngine
 
     batches = [int(b) for b in args.batches.split(",")]
     settings = TorchSettings(
-        max_seq_len=args.context + 64, concurrency=max(batches), compile=not args.no_compile
+        max_seq_len=args.max_seq_len or args.context + 64,
+        concurrency=max(batches),
+        compile=not args.no_compile,
     )
     started = time.monotonic()
     engine = TorchEngine(args.preset, settings)
     load_s = time.monotonic() - started
     print(f"{args.preset}: engine up in {load_s:.1f} s (buckets {sorted(engine._runner.graphs)})")
-    diagnose(engine, batches, args.context, args.steps)
+    if args.prefill:
+        lengths = [int(n) for n in args.prefill.split(",")]
+        prefill_diagnose(engine, lengths, args.cached, args.steps)
+    else:
+        diagnose(engine, batches, args.context, args.steps)
     engine.close()
 
 

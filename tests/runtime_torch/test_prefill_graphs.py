@@ -15,6 +15,8 @@ from openjarvis.runtime.torch.runner import (
     StepInputs,
     pad_prefill,
     prefill_buckets,
+    prefill_graph_key,
+    prefill_widths,
 )
 from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
 
@@ -23,6 +25,19 @@ def test_buckets_are_powers_of_two_from_16_up_to_the_budget() -> None:
     assert prefill_buckets(2048) == (16, 32, 64, 128, 256, 512, 1024, 2048)
     assert prefill_buckets(100) == (16, 32, 64, 100)
     assert prefill_buckets(16) == (16,)
+
+
+def test_each_length_has_a_graph_per_table_width_from_the_blocks_it_fills() -> None:
+    assert prefill_widths(16, 256) == (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    assert prefill_widths(100, 256) == (8, 16, 32, 64, 128, 256)  # 100 tokens fill 7 blocks
+    assert prefill_widths(2048, 256) == (128, 256)
+    assert prefill_widths(16, 6) == (1, 2, 4, 6)  # the widest table need not be a power of two
+    buckets = prefill_buckets(2048)
+    # A short step after a long cached prefix: the smallest length, a table wide enough.
+    assert prefill_graph_key(13, 72, buckets, 256) == (16, 128)
+    assert prefill_graph_key(13, 1, buckets, 256) == (16, 1)
+    assert prefill_graph_key(300, 19, buckets, 256) == (512, 32)  # 512 tokens fill 32 blocks
+    assert prefill_graph_key(2049, 200, buckets, 256) is None
 
 
 @pytest.mark.parametrize("cached", [0, 16], ids=["cold", "after-a-cached-block"])
@@ -46,6 +61,13 @@ def test_a_padded_prefill_step_gives_the_eager_steps_logits(cached: int) -> None
         padded = pad_prefill(inputs, 32, runner.table_width)
         assert padded.tokens.shape == (1, 32) and padded.tables.shape == (1, runner.table_width)
         torch.testing.assert_close(runner.run(padded), eager, rtol=1e-5, atol=1e-5)
+        # As narrow a table as the smallest graph that holds the step: the same logits.
+        key = prefill_graph_key(27 - cached, inputs.tables.size(1), (32,), runner.table_width)
+        assert key is not None and key[1] < runner.table_width
+        width = key[1]
+        narrow = pad_prefill(inputs, 32, width)
+        assert narrow.tables.shape == (1, width)
+        torch.testing.assert_close(runner.run(narrow), eager, rtol=1e-5, atol=1e-5)
         # The padding is not invisible by accident: the same step with a changed real token
         # gives other logits.
         changed = pad_prefill(

@@ -119,7 +119,8 @@ class TorchEngine:
             "kv_cache_blocks": self._runner.blocks,
             "kv_block_size": BLOCK_SIZE,
             "cuda_graph_buckets": sorted(self._runner.graphs),
-            "prefill_graph_buckets": sorted(self._runner.prefill_graphs),
+            "prefill_graph_buckets": list(self._runner.prefill_lengths),
+            "prefill_graphs": len(self._runner.prefill_graphs),
             "all_reduce_table": self._runner.all_reduce_table,
             "fused_gemv_table": self._runner.fused_gemv_table,
             "memory_bandwidth_gb_per_s": self.bandwidth_bytes_per_s / 1e9

@@ -5,7 +5,10 @@ loop on receiving them (nano-vllm's model runner, with a broadcast in place of s
 Decode steps replay a CUDA graph, captured at start-up for each batch bucket, of the smallest
 bucket that holds them (padding rows write to the scratch block); prefill steps run eagerly,
 or (`prefill_graphs`, one process) one sequence at a time from a graph per prompt-length
-bucket, the prompt right-aligned in it and the padding before it writing to the scratch block.
+bucket and block-table width, the prompt right-aligned in it and the padding before it writing
+to the scratch block. The width matters: attention reads every key the table spans, and a
+short prompt's step attending over the whole context cost twice its replay without it (the
+H200, docs/benchmarks.md).
 A step's host tensors go to the GPU through pinned memory, and a continued decode step's tokens
 are already there (the engine's picks of the step before), so launching a step never waits for
 the one before it.
@@ -139,6 +142,25 @@ def prefill_buckets(prefill_tokens: int) -> tuple[int, ...]:
     return (*sizes, prefill_tokens)
 
 
+def prefill_widths(length: int, table_width: int) -> tuple[int, ...]:
+    """Block-table widths with a prefill graph for prompt-length bucket `length`: powers of two
+    from the blocks `length` tokens fill up to the widest table, and it."""
+    least = -(-length // BLOCK_SIZE)
+    sizes = [1 << i for i in range(table_width.bit_length()) if least <= 1 << i < table_width]
+    return (*sizes, table_width)
+
+
+def prefill_graph_key(
+    length: int, width: int, buckets: tuple[int, ...], table_width: int
+) -> tuple[int, int] | None:
+    """The (length, width) of the smallest prefill graph that holds a one-sequence step of
+    `length` tokens whose table spans `width` blocks (None: longer than every bucket)."""
+    bucket = next((b for b in buckets if b >= length), None)
+    if bucket is None:
+        return None
+    return bucket, next(w for w in prefill_widths(bucket, table_width) if w >= width)
+
+
 def pad_prefill(inputs: StepInputs, bucket: int, table_width: int) -> StepInputs:
     """A one-sequence prefill step as its bucket's graph takes it: the tokens right-aligned in
     `bucket` columns after padding at position 0 whose keys and values go to the scratch block
@@ -216,7 +238,8 @@ class Runner:
             for bucket in reversed(batch_buckets(self.concurrency)):
                 self.graphs[bucket] = self._capture(bucket)
         # Prefill graphs replay the eager model (a compiled one would build a graph per bucket).
-        self.prefill_graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+        self.prefill_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+        self.prefill_lengths: tuple[int, ...] = ()
         if self.use_graphs and settings.prefill_graphs and self.world_size == 1:
             top = min(settings.prefill_tokens, config.max_seq_len)
             # The capture writes the scratch block only: every slot and table entry points there.
@@ -234,8 +257,11 @@ class Runner:
             # One memory pool for them all, captured largest first (nano-vllm's order): they
             # run one at a time, and each keeps only its logits.
             pool = torch.cuda.graph_pool_handle()
-            for bucket in reversed(prefill_buckets(top)):
-                self.prefill_graphs[bucket] = self._capture_prefill(bucket, pool)
+            self.prefill_lengths = prefill_buckets(top)
+            for bucket in reversed(self.prefill_lengths):
+                for width in reversed(prefill_widths(bucket, self.table_width)):
+                    graph = self._capture_prefill(bucket, width, pool)
+                    self.prefill_graphs[bucket, width] = graph
 
     def _join_group(self, spec: Spec, dtype: torch.dtype) -> Callable[[Transformer], Cut]:
         settings = spec.settings
@@ -323,12 +349,11 @@ class Runner:
             return self._replay(inputs)
         if inputs.decode:
             return self.decode(inputs.tokens, inputs.positions, inputs.slots, inputs.tables)
-        length = inputs.tokens.size(1)
         if self.prefill_graphs and inputs.tokens.size(0) == 1 and inputs.last_only:
-            # Smallest bucket that holds the step (the dict keeps the capture order, largest first).
-            bucket = next((b for b in reversed(self.prefill_graphs) if b >= length), None)
-            if bucket is not None:
-                return self._replay_prefill(inputs, bucket)
+            length, width = inputs.tokens.size(1), inputs.tables.size(1)
+            key = prefill_graph_key(length, width, self.prefill_lengths, self.table_width)
+            if key is not None:
+                return self._replay_prefill(inputs, *key)
         layout = Layout(inputs.positions, inputs.slots, inputs.tables)
         logits = self.model(inputs.tokens, layout, last_only=inputs.last_only).float()
         return logits[:, -1] if inputs.last_only else logits
@@ -355,28 +380,29 @@ class Runner:
         graph.replay()
         return logits[:batch]
 
-    def _replay_prefill(self, inputs: StepInputs, bucket: int) -> Tensor:
-        padded = pad_prefill(inputs, bucket, self.table_width)
+    def _replay_prefill(self, inputs: StepInputs, bucket: int, width: int) -> Tensor:
+        padded = pad_prefill(inputs, bucket, width)
         static = self.prefill_static
         static.tokens[:, :bucket] = padded.tokens
         static.positions[:, :bucket] = padded.positions
         static.slots[:, :bucket] = padded.slots
-        static.tables.copy_(padded.tables)
-        graph, logits = self.prefill_graphs[bucket]
+        static.tables[:, :width] = padded.tables
+        graph, logits = self.prefill_graphs[bucket, width]
         graph.replay()
         return logits
 
     @torch.inference_mode()
     def _capture_prefill(
-        self, bucket: int, pool: "_POOL_HANDLE"
+        self, bucket: int, width: int, pool: "_POOL_HANDLE"
     ) -> tuple[torch.cuda.CUDAGraph, Tensor]:
-        """A one-sequence prefill of `bucket` tokens, warmed up eagerly, then captured."""
+        """A one-sequence prefill of `bucket` tokens over a table `width` blocks wide, warmed
+        up eagerly, then captured."""
         static = self.prefill_static
         arguments = (
             static.tokens[:, :bucket],
             static.positions[:, :bucket],
             static.slots[:, :bucket],
-            static.tables,
+            static.tables[:, :width],
         )
         return _captured(self._decode, arguments, warm_ups=2, pool=pool)
 
