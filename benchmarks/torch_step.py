@@ -71,7 +71,7 @@ def time_calls(call: object, steps: int) -> float:
     return (time.perf_counter() - start) / steps * 1e3
 
 
-def calls_kernels(call: object, steps: int) -> tuple[float, list[dict]]:
+def calls_kernels(call: object, steps: int, top: int = 12) -> tuple[float, list[dict]]:
     """GPU time per call (ms) and its kernels grouped by name, largest first."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -87,7 +87,7 @@ def calls_kernels(call: object, steps: int) -> tuple[float, list[dict]]:
             counts[event.name] += 1
     rows = [
         {"kernel": name[:90], "ms": us / steps / 1e3, "calls": counts[name] / steps}
-        for name, us in sorted(totals.items(), key=lambda item: -item[1])[:12]
+        for name, us in sorted(totals.items(), key=lambda item: -item[1])[:top]
     ]
     return sum(totals.values()) / steps / 1e3, rows
 
@@ -170,28 +170,7 @@ def time_host(engine: object, batch: int, context: int, steps: int) -> dict[str,
 
 def kernel_table(runner: object, inputs: object, steps: int) -> tuple[float, list[dict]]:
     """GPU time per step (ms) and its kernels grouped by name, largest first."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as trace:
-        for _ in range(steps):
-            runner.run(inputs)  # type: ignore[attr-defined]
-        torch.cuda.synchronize()
-    totals: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
-    for event in trace.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            totals[event.name] += event.device_time
-            counts[event.name] += 1
-    total_ms = sum(totals.values()) / steps / 1e3
-    rows = [
-        {
-            "kernel": name[:90],
-            "ms": us / steps / 1e3,
-            "calls": counts[name] / steps,
-        }
-        for name, us in sorted(totals.items(), key=lambda item: -item[1])[:14]
-    ]
-    return total_ms, rows
+    return calls_kernels(lambda: runner.run(inputs), steps, top=14)  # type: ignore[attr-defined]
 
 
 def gemm_bandwidth(config: object, batch: int, bandwidth: float) -> list[dict]:
