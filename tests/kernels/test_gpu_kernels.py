@@ -88,6 +88,27 @@ def test_paged_decode_kernel_matches_the_gathered_attention(
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("window", [None, 40], ids=["full", "window-40"])
+@pytest.mark.parametrize("length", [2, 16], ids=lambda n: f"{n}-new-tokens")
+def test_several_new_tokens_per_row_through_the_kernel_match_the_gathered_attention(
+    length: int, window: int | None
+) -> None:
+    """A short prefill step (a prompt's new tokens after a cached prefix) runs each query as a
+    row of the decode kernel: each sees its own key and those before it, as the causal mask
+    over the gathered blocks lets it."""
+    cache, reference_cache, q, layout = _paged_case(3, 4, 1, 256, 16, blocks_per_row=8)
+    last = layout.positions.clamp(min=length - 1)  # each row's last query, at least length - 1
+    positions = last - torch.arange(length - 1, -1, -1, device=last.device)[None, :]
+    layout = Layout(positions, torch.zeros_like(positions), layout.block_tables)
+    generator = torch.Generator(device="cuda").manual_seed(length)
+    q = torch.randn(3, length, 4, 256, device="cuda", generator=generator).to(torch.bfloat16)
+    out = cache.attend(q, layout, mask=None, window=window, scale=1 / 16, softcap=None)
+    mask = layout.masks(16, window)
+    expected = reference_cache.gathered(q.float(), layout, mask, 1 / 16, softcap=None)
+    assert out.shape == q.shape
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+
+
 def test_paged_decode_kernel_sees_a_changed_key() -> None:
     """The comparison above can fail: change a visible key and the row's output moves, while a
     key past a row's context leaves its output as it was."""
