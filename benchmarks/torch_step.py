@@ -94,7 +94,7 @@ def calls_kernels(call: object, steps: int, top: int = 12) -> tuple[float, list[
 
 def prefill_diagnose(engine: object, lengths: list[int], cached: int, steps: int) -> None:
     """Print one prefill step's parts at each length (the module's list)."""
-    runner = engine._runner  # type: ignore[attr-defined]
+    runner = engine._core.runner  # type: ignore[attr-defined]
     assert runner.prefill_graphs, "the engine captured prefill graphs"
     for length in lengths:
         with torch.inference_mode():
@@ -212,7 +212,7 @@ def gemm_bandwidth(config: object, batch: int, bandwidth: float) -> list[dict]:
 
 def diagnose(engine: object, batches: list[int], context: int, steps: int) -> None:
     """Print the step's parts at each batch size (the module's list)."""
-    runner = engine._runner  # type: ignore[attr-defined]
+    runner = engine._core.runner  # type: ignore[attr-defined]
     bandwidth = engine.bandwidth_bytes_per_s  # type: ignore[attr-defined]
     assert bandwidth is not None
     for batch in batches:
@@ -253,11 +253,13 @@ def main() -> None:
         max_seq_len=args.max_seq_len or args.context + 64,
         concurrency=max(batches),
         compile=not args.no_compile,
+        engine_process=False,  # the steps run from this process's runner
     )
     started = time.monotonic()
     engine = TorchEngine(args.preset, settings)
     load_s = time.monotonic() - started
-    print(f"{args.preset}: engine up in {load_s:.1f} s (buckets {sorted(engine._runner.graphs)})")
+    buckets = sorted(engine._core.runner.graphs)  # type: ignore[union-attr]
+    print(f"{args.preset}: engine up in {load_s:.1f} s (buckets {buckets})")
     if args.prefill:
         lengths = [int(n) for n in args.prefill.split(",")]
         prefill_diagnose(engine, lengths, args.cached, args.steps)

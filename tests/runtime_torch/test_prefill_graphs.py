@@ -44,7 +44,7 @@ def test_each_length_has_a_graph_per_table_width_from_the_blocks_it_fills() -> N
 def test_a_padded_prefill_step_gives_the_eager_steps_logits(cached: int) -> None:
     engine = TorchEngine("tiny-tp", TorchSettings(device="cpu", max_seq_len=64, seed=3))
     try:
-        scheduler, runner = engine._scheduler, engine._runner
+        scheduler, runner = engine._core.scheduler, engine._core.runner
         prompt = [(5 * i + 7) % 240 for i in range(27)]
         sequence = Sequence(prompt, 4, frozenset())
         sequence.keys = []

@@ -115,6 +115,7 @@ def _tiny(reuse: bool, device: str):
         concurrency=4,
         reuse_prompt_cache=reuse,
         compile=False,  # the GPU run checks the cache, not the compiled step
+        engine_process=False,  # the tests read the pool
     )
     return TorchEngine("tiny-tp", settings)
 
@@ -143,10 +144,10 @@ def test_greedy_tokens_are_the_same_with_a_cached_prefix(device: str) -> None:
     try:
         later = [*PREFIX, 11, 12, 13, 14, 15]
         assert _greedy(warm, PREFIX) == _greedy(cold, PREFIX)
-        pool = warm._scheduler.pool
+        pool = warm._core.scheduler.pool
         # The first prompt's full blocks (and those its reply filled) are published ...
         assert len(pool.cached(pool.prefix_keys(later[:-1]))) == 2
-        assert not cold._scheduler.pool.cached(pool.prefix_keys(later[:-1]))
+        assert not cold._core.scheduler.pool.cached(pool.prefix_keys(later[:-1]))
         # ... and the second prompt, computed from block 2 on, picks the same tokens.
         assert _greedy(warm, later) == _greedy(cold, later)
         # Several at once, sharing the prefix, each as it would alone.

@@ -102,7 +102,7 @@ def test_a_sequence_joins_a_running_decode(engine: TorchEngine, expected: list[l
 def test_a_consumer_that_leaves_frees_its_blocks(
     engine: TorchEngine, expected: list[list[int]]
 ) -> None:
-    pool = engine._scheduler.pool
+    pool = engine._core.scheduler.pool
     free_before = pool.free
     leaving = engine.generate_tokens(PROMPTS[0], 40)
     next(leaving)
@@ -110,7 +110,7 @@ def test_a_consumer_that_leaves_frees_its_blocks(
     leaving.close()
     assert _alone(engine, PROMPTS[1]) == expected[1]  # the next step drops the leaver
     assert pool.free == free_before
-    assert not engine._scheduler.running
+    assert not engine._core.scheduler.running
 
 
 def test_work_shares_of_each_step_add_up_to_one(engine: TorchEngine) -> None:
@@ -140,7 +140,7 @@ def test_sequences_that_end_mid_decode_leave_the_others_their_tokens(
     """Decode steps are continued before the step before them lands, so a sequence that ends
     rides one more step as a stale row: the others' tokens must not change, each ender must
     stop where it stops alone, and the steps must not overlap in time."""
-    scheduler = engine._scheduler
+    scheduler = engine._core.scheduler
     continued: list[int] = []
     original = scheduler.continued
 
@@ -211,7 +211,7 @@ def test_the_cpu_cache_takes_at_most_a_share_of_the_memory_left(
     available(10)
     engine = _engine()
     try:
-        assert engine._runner.blocks == 10  # 8 sequences of 64 tokens would want 33
+        assert engine._core.runner.blocks == 10  # 8 sequences of 64 tokens would want 33
         assert _alone(engine, PROMPTS[0], 4) == _alone(engine, PROMPTS[0], 4)
     finally:
         engine.close()

@@ -65,16 +65,21 @@ def test_ipw_requests_shows_cached_tokens_and_the_prefill_joules_saved(tmp_path:
     assert "960" not in second and "≈" not in second  # unknown shows as —, never as 0
 
 
-def test_jarvis_serve_on_the_torch_engine_reports_the_reused_prefix(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine_process", [False, True], ids=["in-process", "core-process"])
+def test_jarvis_serve_on_the_torch_engine_reports_the_reused_prefix(
+    tmp_path: Path, engine_process: bool
+) -> None:
     """Two requests through the real server sharing a system prompt: the second's usage says
     how many of its prompt tokens the engine took from its cache (whole blocks of 16), and the
-    log prices them by the first's prefill joules per computed token."""
+    log prices them by the first's prefill joules per computed token. With the engine's core in
+    the caller's process and in its own (as on a GPU: the ledger crosses the pipe)."""
     pytest.importorskip("torch")
     pytest.importorskip("gguf")
     from openjarvis.runtime.models import resolve_model
     from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 
-    engine = TorchEngine(resolve_model(None).path, TorchSettings(device="cpu", max_seq_len=512))
+    settings = TorchSettings(device="cpu", max_seq_len=512, engine_process=engine_process)
+    engine = TorchEngine(resolve_model(None).path, settings)
     system = {"role": "system", "content": "You answer questions about Python. " * 10}
     usages = []
     try:

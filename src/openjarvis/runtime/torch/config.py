@@ -44,6 +44,10 @@ class TorchSettings:
     # kernel): "auto" where timed faster at start-up, per shape; needs the peer all-reduce.
     fused_gemv: FusedGemvChoice = "auto"
     seed: int = 0  # random-weights mode only
+    # Run the engine's core (scheduler, step loop, rank 0's model) in a process of its own, so
+    # that the step loop has an interpreter to itself. None: on the GPU, where the host's pace
+    # is the GPU's; in the caller's process on the CPU, where a step is the host's computing.
+    engine_process: bool | None = None
 
     def resolved(self) -> "TorchSettings":
         device = self.device
@@ -53,4 +57,5 @@ class TorchSettings:
         if dtype == "auto":
             dtype = "bfloat16" if device == "cuda" else "float32"
         compile = device == "cuda" if self.compile is None else self.compile
-        return replace(self, device=device, dtype=dtype, compile=compile)
+        process = device == "cuda" if self.engine_process is None else self.engine_process
+        return replace(self, device=device, dtype=dtype, compile=compile, engine_process=process)

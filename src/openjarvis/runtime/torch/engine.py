@@ -2,10 +2,11 @@
 paged KV cache, and tensor parallelism over N GPUs with one process per GPU.
 
 This module is the engine's API (nano-vllm's llm_engine): requests in, token streams out. The
-step loop on rank 0 runs the steps (loop.py; scheduler.py picks them, runner.py runs them on
-every rank alike); each request's stream reads its tokens from a queue, so requests from many
-threads share the running batch. The settings are config.py's; the bytes a decode step reads
-and the GPU's bandwidth, decode_roofline.py's (gpt-fast's model and TP pass).
+core (core.py), in a process of its own on a GPU (core_process.py), runs the steps on rank 0
+(loop.py; scheduler.py picks them, runner.py runs them on every rank alike); each request's
+stream reads its tokens from a queue, so requests from many threads share the running batch.
+The settings are config.py's; the bytes a decode step reads and the GPU's bandwidth,
+decode_roofline.py's (gpt-fast's model and TP pass).
 """
 
 import json
@@ -14,23 +15,22 @@ import socket
 import time
 from collections.abc import Generator, Iterator
 from dataclasses import asdict, dataclass
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as multiprocessing
 
 from openjarvis.errors import UserError
 from openjarvis.runtime.gguf import read_gguf_header
 from openjarvis.runtime.streaming import Outcome, stream_text
 from openjarvis.runtime.torch.config import TorchSettings
-from openjarvis.runtime.torch.decode_roofline import DecodeRoofline, device_bandwidth
-from openjarvis.runtime.torch.loop import StepCounts, StepLoop
+from openjarvis.runtime.torch.core import EngineCore
+from openjarvis.runtime.torch.core_process import CoreProcess
+from openjarvis.runtime.torch.decode_roofline import DecodeRoofline
+from openjarvis.runtime.torch.loop import StepCounts
 from openjarvis.runtime.torch.model import config_for
-from openjarvis.runtime.torch.paged import BlockPool
 from openjarvis.runtime.torch.parallel import SplitSizes, check_divisible
-from openjarvis.runtime.torch.runner import BLOCK_SIZE, Runner, Spec
-from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
+from openjarvis.runtime.torch.runner import BLOCK_SIZE, Spec
+from openjarvis.runtime.torch.scheduler import Sequence
 from openjarvis.runtime.torch.tokenizer import GgufTokenizer
 from openjarvis.runtime.types import (
     ChatRequest,
@@ -45,8 +45,9 @@ __all__ = ["TorchEngine", "TorchSettings"]
 
 
 class TorchEngine:
-    """Serves requests from any thread; rank 0 (this process) schedules, ranks 1..N-1 (spawned
-    processes) run the same steps."""
+    """Serves requests from any thread. The core (runner, scheduler, step loop: core.py) runs in
+    a process of its own on a GPU and in this one on the CPU (`engine_process`); with tensor
+    parallelism, ranks 1..N-1 run in processes the core starts."""
 
     kind = "torch"
 
@@ -64,41 +65,21 @@ class TorchEngine:
         self._source = str(source)
         if settings.tp > 1:
             check_divisible(_peek_config(self._source), settings.tp)  # before starting anyone
-        # Rank 0's GPU (cuda:0), measured the first time before the model and KV cache take
-        # its memory; None on the CPU: not measured, so the engine reports no MBU.
-        cuda = settings.device == "cuda"
-        self.bandwidth = device_bandwidth(torch.device("cuda", 0) if cuda else torch.device("cpu"))
-        self.bandwidth_bytes_per_s = (
-            self.bandwidth.bytes_per_s * settings.tp if self.bandwidth is not None else None
-        )
-        self._workers: list[BaseProcess] = []
         self.tokenizer: GgufTokenizer | None = None
         if self._source.endswith(".gguf"):
             self.tokenizer = GgufTokenizer(Path(self._source))
         spec = Spec(self._source, settings, _free_port() if settings.tp > 1 else 0)
-        if settings.tp > 1:
-            context = multiprocessing.get_context("spawn")
-            for rank in range(1, settings.tp):
-                worker = context.Process(target=_follow, args=(rank, spec), daemon=True)
-                worker.start()
-                self._workers.append(worker)
-        try:
-            self._runner = Runner(0, spec)
-        except BaseException:
-            self._stop_workers()
-            raise
-        self.config = self._runner.model.config
-        pool = BlockPool(self._runner.blocks, BLOCK_SIZE, reuse=settings.reuse_prompt_cache)
-        self._scheduler = Scheduler(
-            pool,
-            settings.concurrency,
-            settings.prefill_tokens,
-            self.config.max_seq_len,
-            prefill_rows=1 if self._runner.prefill_graphs else None,
+        self._core: EngineCore | CoreProcess = (
+            CoreProcess(spec) if settings.engine_process else EngineCore(spec)
+        )
+        info = self._info = self._core.info
+        self.config = info.config
+        self.bandwidth = info.bandwidth
+        self.bandwidth_bytes_per_s = (
+            info.bandwidth.bytes_per_s * settings.tp if info.bandwidth is not None else None
         )
         self.roofline = DecodeRoofline(self.config, settings.dtype)
-        self._steps = StepLoop(self._runner, self._scheduler, chains=settings.tp == 1)
-        self.ledger = self._steps.ledger  # each step as it lands, for the meter
+        self.ledger = self._core.ledger  # each step as it lands, for the meter
 
     @property
     def model_name(self) -> str:
@@ -116,13 +97,13 @@ class TorchEngine:
     def settings_dict(self) -> dict[str, object]:
         return {
             **asdict(self.settings),
-            "kv_cache_blocks": self._runner.blocks,
+            "kv_cache_blocks": self._info.kv_cache_blocks,
             "kv_block_size": BLOCK_SIZE,
-            "cuda_graph_buckets": sorted(self._runner.graphs),
-            "prefill_graph_buckets": list(self._runner.prefill_lengths),
-            "prefill_graphs": len(self._runner.prefill_graphs),
-            "all_reduce_table": self._runner.all_reduce_table,
-            "fused_gemv_table": self._runner.fused_gemv_table,
+            "cuda_graph_buckets": self._info.cuda_graph_buckets,
+            "prefill_graph_buckets": self._info.prefill_graph_buckets,
+            "prefill_graphs": self._info.prefill_graphs,
+            "all_reduce_table": self._info.all_reduce_table,
+            "fused_gemv_table": self._info.fused_gemv_table,
             "memory_bandwidth_gb_per_s": self.bandwidth_bytes_per_s / 1e9
             if self.bandwidth_bytes_per_s is not None
             else None,
@@ -154,7 +135,7 @@ class TorchEngine:
         scoring by log-likelihood, and for checking tensor parallelism against one process."""
         sequence = Sequence(prompt, 0, frozenset(), all_logits=True)
         self._check_fits(prompt, 0)
-        self._steps.enqueue(sequence)
+        self._core.enqueue(sequence)
         for _ in self._deliveries(sequence):
             pass
         assert sequence.logits is not None
@@ -183,7 +164,7 @@ class TorchEngine:
             seed = int.from_bytes(os.urandom(7), "little")
         sequence = Sequence(list(prompt), max_tokens, stop_tokens, temperature, seed)
         self.ledger.attach(ledger_key, sequence.work)  # before any step of it can land
-        self._steps.enqueue(sequence)
+        self._core.enqueue(sequence)
         return sequence
 
     def _deliveries(self, sequence: Sequence) -> Generator[tuple[int, float]]:
@@ -199,7 +180,7 @@ class TorchEngine:
                         return
                     yield item
         finally:
-            sequence.cancelled = True  # a consumer that leaves early frees its sequence
+            self._core.cancel(sequence)  # a consumer that leaves early frees its sequence
 
     # ---- the Engine protocol -------------------------------------------------------------
 
@@ -263,7 +244,7 @@ class TorchEngine:
 
     def step_counts(self) -> StepCounts:
         """The steps landed so far by kind (a copy): a benchmark's view of the engine's pace."""
-        return self._steps.counts.copy()
+        return self._core.counts()
 
     def weight_bytes(self) -> float:
         """Bytes of weights one decode step reads on all GPUs together (benchmarks' roofline)."""
@@ -274,20 +255,7 @@ class TorchEngine:
         return self.roofline.kv_bytes(context)
 
     def close(self) -> None:
-        self._steps.close()
-        if self.settings.tp > 1 and self._steps.failure is None:
-            self._runner.share(None)  # the followers leave their loops
-        # Every rank tears its process group down at the same time: NCCL's teardown waits for
-        # the peers, so joining the workers first would wait forever.
-        self._runner.close()
-        self._stop_workers()
-
-    def _stop_workers(self) -> None:
-        for worker in self._workers:
-            worker.join(timeout=30)
-            if worker.is_alive():
-                worker.kill()
-        self._workers = []
+        self._core.close()
 
 
 def _mean_batch(pieces: list[WorkPiece]) -> float | None:
@@ -324,14 +292,6 @@ class _Sizes:
     n_heads: int
     n_kv_heads: int
     intermediate_size: int
-
-
-def _follow(rank: int, spec: Spec) -> None:
-    follower = Runner(rank, spec)
-    try:
-        follower.follow()
-    finally:
-        follower.close()
 
 
 def _free_port() -> int:

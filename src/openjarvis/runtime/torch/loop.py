@@ -8,15 +8,16 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from openjarvis.errors import UserError
 from openjarvis.runtime.torch.runner import BLOCK_SIZE, Runner, StepInputs
-from openjarvis.runtime.torch.scheduler import Scheduler, Sequence, Step
+from openjarvis.runtime.torch.scheduler import Pieces, Scheduler, Sequence, Step
 from openjarvis.runtime.types import StepLedger
 
-__all__ = ["SWITCH_INTERVAL_S", "StepCounts", "StepLoop"]
+__all__ = ["SWITCH_INTERVAL_S", "Publish", "StepCounts", "StepLoop"]
 
 # The step loop shares the interpreter with the threads that consume its tokens (a server's
 # requests, ipw measure's tasks). CPython lets a thread that holds the interpreter keep it for
@@ -50,18 +51,52 @@ class StepCounts:
         )
 
 
+class Publish(Protocol):
+    """Where the loop says what it does, for the meter: a StepLedger in this process
+    (`ToLedger`), or the pipe to the process that owns the meter (core_process.py)."""
+
+    def busy(self) -> None:
+        """Steps start from now on."""
+
+    def landed(self, end_s: float, pieces: Pieces) -> None:
+        """A step ended at `end_s`; its pieces are in its sequences' work lists."""
+
+    def idle(self, taken: int) -> None:
+        """Nothing runs and nothing waits: the `taken` sequences the loop took in are done."""
+
+
+class ToLedger:
+    """Publishes to a StepLedger in this process (the sequences' work lists are its own)."""
+
+    def __init__(self, ledger: StepLedger) -> None:
+        self._ledger = ledger
+
+    def busy(self) -> None:
+        self._ledger.busy()
+
+    def landed(self, end_s: float, pieces: Pieces) -> None:
+        self._ledger.landed(end_s)
+
+    def idle(self, taken: int) -> None:
+        self._ledger.idle()
+
+
 class StepLoop:
     """Runs steps while there is work, sleeps while there is none, and ends on `close()`.
 
     A failure ends the loop: every sequence waiting or running gets the error, and `enqueue`
     refuses new ones with it."""
 
-    def __init__(self, runner: Runner, scheduler: Scheduler, chains: bool) -> None:
+    def __init__(
+        self, runner: Runner, scheduler: Scheduler, chains: bool, publish: Publish | None = None
+    ) -> None:
         self._runner = runner
         self._scheduler = scheduler
         # Decode steps are chained (launched before the one before has landed) in one process.
         self._chains = chains
-        self.ledger = StepLedger()  # each step as it lands, for the meter
+        self.ledger = StepLedger()  # each step as it lands, for the meter in this process
+        self._publish = publish or ToLedger(self.ledger)
+        self._taken = 0  # sequences taken from the inbox
         self._wake = threading.Condition()
         self._inbox: list[Sequence] = []
         self._closing = False
@@ -101,18 +136,19 @@ class StepLoop:
                 with self._wake:
                     if not self._inbox and scheduler.idle:
                         scheduler.deliver()
-                        self.ledger.idle()
+                        self._publish.idle(self._taken)
                     while not self._inbox and scheduler.idle and not self._closing:
                         self._wake.wait()
                     arrived, self._inbox = self._inbox, []
+                    self._taken += len(arrived)
                     if self._closing and scheduler.idle and not arrived:
                         return
-                self.ledger.busy()  # before any step starts: their times follow this
+                self._publish.busy()  # before any step starts: their times follow this
                 for sequence in arrived:
                     try:
                         scheduler.add(sequence)
                     except ValueError as error:
-                        sequence.outbox.put(UserError(str(error)))
+                        sequence.hand(UserError(str(error)))
                 step = scheduler.next_step()
                 if step is None:
                     scheduler.deliver()
@@ -122,10 +158,11 @@ class StepLoop:
             with self._wake:
                 self.failure = error
                 for sequence in self._inbox:
-                    sequence.outbox.put(error)
+                    sequence.hand(error)
+                self._taken += len(self._inbox)
                 self._inbox = []
             scheduler.fail(error)
-            self.ledger.idle()  # no step will land: the meter must not wait for one
+            self._publish.idle(self._taken)  # no step will land: the meter must not wait
 
     def _run(self, step: Step) -> None:
         """Run a step. A decode step is followed by its continuations (Scheduler.continued)
@@ -177,8 +214,9 @@ class StepLoop:
             picked = flight.host.tolist()
         end_s = time.monotonic()
         start_s = max(flight.launched_s, self._landed_s)
-        live = self._scheduler.finish_step(flight.step, picked, start_s, end_s)
-        self.ledger.landed(end_s)
+        pieces = self._scheduler.finish_step(flight.step, picked, start_s, end_s)
+        self._publish.landed(end_s, pieces)
+        live = sum(len(sequences) for _, sequences in pieces)
         self._landed_s = end_s
         counts, kind = self.counts, flight.step.kind
         counts.steps[kind] += 1

@@ -20,7 +20,7 @@ from torch import Tensor
 from openjarvis.runtime.torch.paged import SCRATCH_BLOCK, BlockPool, chain_key
 from openjarvis.runtime.types import WorkPiece
 
-__all__ = ["PENDING", "Row", "Scheduler", "Sequence", "Step"]
+__all__ = ["PENDING", "Pieces", "Row", "Scheduler", "Sequence", "Step"]
 
 # A continued decode row's token: the step before it is still picking it, on the device.
 PENDING = -1
@@ -40,7 +40,7 @@ DELIVERY_WAKES_PER_S = 1000.0
 @dataclass(eq=False)
 class Sequence:
     """One request's tokens and state. The scheduler's thread writes; the consumer reads
-    `outbox` and may set `cancelled`."""
+    `outbox` (filled through `hand`) and may set `cancelled`."""
 
     prompt: list[int]
     max_tokens: int
@@ -64,6 +64,10 @@ class Sequence:
     logits: Tensor | None = None  # all_logits: [len(prompt), vocab] float32 on the CPU
     generator: torch.Generator | None = None  # sampling at temperature > 0, seeded once
     outbox: "queue.SimpleQueue[Delivery]" = field(default_factory=queue.SimpleQueue)
+
+    def hand(self, item: Delivery) -> None:
+        """Give the consumer a batch, or the error that ends the sequence."""
+        self.outbox.put(item)
 
     @property
     def length(self) -> int:
@@ -89,6 +93,11 @@ class Row:
 class Step:
     kind: Literal["prefill", "decode"]
     rows: list[Row]
+
+
+# A landed step's pieces of work, each with the live sequences that took it (rows of one size
+# share a piece).
+Pieces = list[tuple[WorkPiece, list[Sequence]]]
 
 
 class Scheduler:
@@ -227,12 +236,12 @@ class Scheduler:
 
     def finish_step(
         self, step: Step, picked: list[int | None], start_s: float, end_s: float
-    ) -> int:
+    ) -> Pieces:
         """Record the step: each row's tokens are cached now; sampled rows get their token,
         stamped with the step's end time (delivered by `deliver`); finished sequences give
         their blocks back. Rows of sequences that finished before the step (stale rows of a
-        continued step) are ignored: the live rows share the step's work. Returns how many
-        rows were live."""
+        continued step) are ignored: the live rows share the step's work. Returns the step's
+        pieces with the live sequences that took each."""
         live = [
             (row, token)
             for row, token in zip(step.rows, picked, strict=True)
@@ -240,16 +249,17 @@ class Scheduler:
         ]
         total = sum(len(row.tokens) for row, _ in live)
         # Rows of equal size share one (frozen) piece: a decode step makes one, not one per row.
-        pieces: dict[int, WorkPiece] = {}
+        pieces: dict[int, tuple[WorkPiece, list[Sequence]]] = {}
         for row, token in live:
             sequence = row.sequence
             size = len(row.tokens)
             sequence.cached = row.start + size
             self._publish(sequence)
-            piece = pieces.get(size)
-            if piece is None:
-                piece = pieces[size] = WorkPiece(start_s, end_s, size / total, len(live))
-            sequence.work.append(piece)
+            taken = pieces.get(size)
+            if taken is None:
+                taken = pieces[size] = (WorkPiece(start_s, end_s, size / total, len(live)), [])
+            sequence.work.append(taken[0])
+            taken[1].append(sequence)
             if sequence.cancelled or not row.sample or sequence.all_logits:
                 if sequence.all_logits and not sequence.prefilling:
                     self._finish(sequence)
@@ -261,7 +271,7 @@ class Scheduler:
                 self._urgent.add(id(sequence))
             if token in sequence.end_tokens or len(sequence.output) >= sequence.max_tokens:
                 self._finish(sequence)
-        return len(live)
+        return list(pieces.values())
 
     def _finish(self, sequence: Sequence) -> None:
         sequence.finished = True
@@ -289,7 +299,7 @@ class Scheduler:
         for sequence, item in undelivered:
             batches.setdefault(id(sequence), (sequence, []))[1].append(item)
         for sequence, batch in batches.values():
-            sequence.outbox.put(batch)
+            sequence.hand(batch)
 
     def _period_s(self) -> float:
         return max(DELIVERY_PERIOD_S, len(self.running) / DELIVERY_WAKES_PER_S)
@@ -298,7 +308,7 @@ class Scheduler:
         """The step failed: every sequence gets the error and its blocks back."""
         self.deliver()
         for sequence in [*self.running, *self.waiting]:
-            sequence.outbox.put(error)
+            sequence.hand(error)
             sequence.finished = True
             if sequence.blocks:
                 self.pool.give_back(sequence.blocks)

@@ -1,0 +1,98 @@
+"""The torch engine's core in a process of its own (the default on a GPU), here on the CPU: the
+same tokens, logits and steps as in the caller's process, the meter's ledger rebuilt from the
+core's steps, errors that cross the pipe as they are, and a core that dies reported."""
+
+import itertools
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from openjarvis.errors import UserError  # noqa: E402
+from openjarvis.runtime.torch.config import TorchSettings  # noqa: E402
+from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
+
+PROMPTS = [[1, 2, 3, 4, 5], [9, 8, 7] * 10, [77]]
+
+
+def _engine(process: bool, max_seq_len: int = 64) -> TorchEngine:
+    settings = TorchSettings(
+        device="cpu", max_seq_len=max_seq_len, seed=11, concurrency=8, engine_process=process
+    )
+    return TorchEngine("tiny-tp", settings)
+
+
+@pytest.fixture(scope="module")
+def remote() -> TorchEngine:
+    engine = _engine(True)
+    yield engine
+    engine.close()
+
+
+def test_the_core_process_decodes_what_the_callers_process_does(remote: TorchEngine) -> None:
+    local = _engine(False)
+    try:
+        for prompt in PROMPTS:
+            expected = [token for token, _ in local.generate_tokens(prompt, 12)]
+            assert [token for token, _ in remote.generate_tokens(prompt, 12)] == expected
+        assert torch.equal(remote.logits([1, 2, 3]), local.logits([1, 2, 3]))
+        assert remote.step_counts().steps == local.step_counts().steps
+        assert remote.settings_dict()["kv_cache_blocks"] == local.settings_dict()["kv_cache_blocks"]
+    finally:
+        local.close()
+
+
+def test_the_ledger_holds_a_requests_steps_as_the_core_ran_them(remote: TorchEngine) -> None:
+    """One piece per step the sequence took (a prefill, then a decode per token after the
+    first), in the order they landed, the same pieces as its completion's work; once the core
+    is idle the ledger is complete up to now."""
+    key = 41
+    remote.ledger.open(key)
+    try:
+        sequence = remote._submit([5, 6, 7], 6, frozenset(), 0.0, None, ledger_key=key)
+        tokens = list(remote._deliveries(sequence))
+        pieces = list(remote.ledger.pieces(key))
+    finally:
+        remote.ledger.close(key)
+    assert len(tokens) == 6 and len(pieces) == 6  # the prefill picks the first token
+    assert pieces == sequence.work
+    assert all(a.end_s <= b.start_s for a, b in itertools.pairwise(pieces))
+    assert pieces[-1].end_s <= tokens[-1][1] + 1e-9
+    deadline = time.monotonic() + 5
+    while remote.ledger.complete_s() < pieces[-1].end_s and time.monotonic() < deadline:
+        time.sleep(0.01)
+    before = time.monotonic()
+    time.sleep(0.05)
+    assert remote.ledger.complete_s() >= before  # idle: complete up to now
+
+
+def test_a_consumer_that_leaves_frees_its_sequence_in_the_core(remote: TorchEngine) -> None:
+    tokens = remote.generate_tokens([3, 1, 4, 1, 5], 40)
+    next(tokens)
+    tokens.close()
+    before = remote.step_counts().steps["decode"]
+    time.sleep(0.3)  # 40 tokens of the tiny model would take about 0.1 s here
+    after = remote.step_counts().steps["decode"]
+    assert after - before <= 2  # a step or two in flight at the cancel, then nothing
+
+
+def test_an_error_in_the_core_crosses_as_itself(tmp_path) -> None:
+    missing = str(tmp_path / "no-such-folder")
+    with pytest.raises(UserError, match=r"model not found: .*no-such-folder"):
+        TorchEngine(missing, TorchSettings(device="cpu", engine_process=True))
+
+
+def test_a_core_that_dies_is_reported_to_its_consumers_and_callers() -> None:
+    engine = _engine(True, max_seq_len=4096)
+    try:
+        tokens = engine.generate_tokens([2, 7, 1, 8], 4000)  # seconds of decoding
+        next(tokens)
+        engine._core._process.kill()
+        with pytest.raises(RuntimeError, match="process ended \\(killed by SIGKILL\\)"):
+            list(tokens)
+        with pytest.raises(RuntimeError, match="stopped after an error"):
+            engine.generate_tokens([1], 2)
+        assert engine.ledger.complete_s() >= time.monotonic() - 1  # idle: nothing will land
+    finally:
+        engine.close()
