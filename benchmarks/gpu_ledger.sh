@@ -4,17 +4,18 @@
 #   bash benchmarks/gpu_ledger.sh serve     # serve_load.py on the torch engine, 1..64 clients
 #   bash benchmarks/gpu_ledger.sh measure   # ipw measure --concurrency 32 against torch_batch.py
 # With EAGER_PREFILL=1, the server's torch engine runs prefill steps eagerly, not from CUDA
-# graphs (its files are named _eager_prefill).
+# graphs (its files are named _eager_prefill). SRC=DIR runs another tree's src/ (an A/B against
+# an older commit: `git archive REV src | tar -x -C DIR`), its files named with TAG=NAME.
 set -euo pipefail
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+export PYTHONPATH=${SRC:-$PWD}/src PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 model=/tmp/model/gemma-3-270m-Q4_K_M.gguf
 out=${OUT:-/tmp}
-tag=""
+tag=${TAG:+_$TAG}
 serve_flags=()
 if [ -n "${EAGER_PREFILL:-}" ]; then
   serve_flags=(--eager-prefill)
-  tag="_eager_prefill"
+  tag="${tag}_eager_prefill"
 fi
 case "${1:-}" in
   serve)
@@ -25,13 +26,13 @@ case "${1:-}" in
     ;;
   measure)
     python3 benchmarks/torch_batch.py --preset "$model" --batches 1,32 --prompt 160 \
-      --tokens 256 --out "$out/torch_batch.json" 2>&1 | tail -n 20 | tee "$out/torch_batch.txt"
+      --tokens 256 --out "$out/torch_batch$tag.json" 2>&1 | tail -n 20 | tee "$out/torch_batch$tag.txt"
     SECONDS=0
     python3 -m openjarvis measure --engine torch --model "$model" --all --concurrency 32 \
-      --scope accelerator --idle-seconds 5 --db /tmp/ledger.db --json > "$out/measure.json" \
-      2> >(tee "$out/measure_err.txt" >&2)
+      --scope accelerator --idle-seconds 5 --db /tmp/ledger$tag.db --json > "$out/measure$tag.json" \
+      2> >(tee "$out/measure_err$tag.txt" >&2)
     echo "ipw measure took ${SECONDS} s (engine start and idle included)"
-    python3 - "$out/measure.json" /tmp/ledger.db <<'PY'
+    python3 - "$out/measure$tag.json" /tmp/ledger$tag.db <<'PY'
 import json, sqlite3, statistics, sys
 summary = json.load(open(sys.argv[1]))
 rates = [r for (r,) in sqlite3.connect(sys.argv[2]).execute(

@@ -152,8 +152,9 @@ def run_level(
     profile: Path | None,
 ) -> Level:
     """The clients, spread over `processes` processes, load the server for `seconds`; the level
-    ends when the last reply has. `profile`: py-spy records this (the server's) process for
-    ten seconds in the middle of the level, threads holding the interpreter only."""
+    ends when the last reply has. `profile`: py-spy records this (the server's) process and its
+    children for ten seconds in the middle of the level, threads holding the interpreter only
+    (the clients' processes are in it too)."""
     level = Level(clients)
     meter = server.meter
     accounting_before_s = meter.accounting_cpu_s
@@ -179,6 +180,7 @@ def run_level(
     if profile is not None:
         time.sleep(min(2.0, seconds / 4))
         command = ["py-spy", "record", "--pid", str(os.getpid()), "--duration", "10", "--gil"]
+        command += ["--subprocesses"]  # the torch engine's core, in its own process on a GPU
         command += ["--format", "raw", "--output", str(profile), "--nonblocking"]
         spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for future in futures:
