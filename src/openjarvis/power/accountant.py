@@ -169,7 +169,12 @@ class Accountant:
             for track, account in zip(self.tracks, window.accounts, strict=True)
         )
         total = sum_scope(sources, self.scope)
-        pieces = () if window.key is None or self.ledger is None else self.ledger.pieces(window.key)
+        if window.energy is not None:  # published to its end before: the same steps
+            batch = window.energy.mean_batch
+        elif window.key is None or self.ledger is None:
+            batch = None
+        else:
+            batch = mean_batch(self.ledger.pieces(window.key))
         return WindowEnergy(
             label=window.label,
             start_s=window.start_s,
@@ -185,7 +190,7 @@ class Accountant:
             # Windows one after another may meet inside one interval, which their work then
             # splits too; only a window that ran beside another shared the engine.
             shared=window.overlapped and any(source.shared for source in sources),
-            mean_batch=mean_batch(pieces),
+            mean_batch=batch,
             tail_energy_j=total.tail_j,
             prefill_energy_j=total.prefill_j,
             decode_energy_j=(

@@ -343,9 +343,11 @@ class Meter:
 
     def _hurry(self, time_s: float) -> None:
         """Someone will want the energy up to `time_s`: read the counters right after their
-        next refresh (the sampler is woken), or, with no sampler, split what is there now."""
-        for track in self._tracks:
-            track.hurry(time_s)
+        next refresh (the sampler is woken), or, with no sampler, split what is there now;
+        nothing when every counter's read that covers it is planned already."""
+        wake = [track.hurry(time_s) for track in self._tracks]  # every track, not the first
+        if wake and not any(wake):
+            return  # nothing new before the reads already planned: the pass then splits it
         if self.running:
             self._wake.set()
         else:

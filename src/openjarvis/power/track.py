@@ -236,17 +236,23 @@ class Track:
         if refresh is not None and refresh.wanted_s is not None and knot.time_s >= refresh.wanted_s:
             refresh.wanted_s = None
 
-    def hurry(self, time_s: float) -> None:
+    def hurry(self, time_s: float) -> bool:
         """Someone waits for this source's energy up to `time_s`: a stepping counter is read
-        right after its first refresh at or after it, instead of at its cheaper planned time
-        (the sampler must be woken to notice)."""
+        right after its first refresh at or after it, instead of at its cheaper planned time.
+        Returns whether the sampler must be woken: its next read of this source moved earlier,
+        or the energy is there already (a pass can publish it). Windows that end within one
+        refresh of each other wake it once, not once each."""
         if self.refresh is None:
-            return
+            return True
         with self._lock:
             if self._knots and self._knots[-1].time_s >= time_s:
-                return
+                return True
             self.refresh.wanted_s = time_s
-            self.next_due_s = min(self.next_due_s, self.refresh.next_read_s(self._last_time_s))
+            due_s = self.refresh.next_read_s(self._last_time_s)
+            if due_s >= self.next_due_s:
+                return False  # the sampler reads it by then anyway
+            self.next_due_s = due_s
+            return True
 
     # Knots for the Meter -------------------------------------------------------------------
 
