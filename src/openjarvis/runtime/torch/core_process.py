@@ -31,7 +31,7 @@ import torch.multiprocessing as multiprocessing
 
 from openjarvis.errors import UserError
 from openjarvis.runtime.torch.core import CoreInfo, EngineCore
-from openjarvis.runtime.torch.loop import StepCounts
+from openjarvis.runtime.torch.loop import StepCounts, switch_interval
 from openjarvis.runtime.torch.runner import Spec
 from openjarvis.runtime.torch.scheduler import Delivery, Pieces, Sequence
 from openjarvis.runtime.types import StepLedger
@@ -70,6 +70,12 @@ class CoreProcess:
         self._counts_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name="torch-core-reader", daemon=True)
         self._reader.start()
+        # This process's threads pass the core's tokens and steps on (a server's requests and
+        # event loop, the meter's sampler, the reader): with a GPU's pace, each should wait
+        # for the interpreter a short switch interval, not 5 ms (docs/benchmarks.md).
+        self._shortened = spec.settings.device == "cuda"
+        if self._shortened:
+            switch_interval.shorten()
         _open_cores.add(self)
 
     def _started(self) -> CoreInfo:
@@ -139,6 +145,8 @@ class CoreProcess:
             self._process.join()
         self._reader.join()
         self._conn.close()
+        if self._shortened:
+            switch_interval.restore()
 
     def _send(self, message: tuple[Any, ...]) -> None:
         with self._send_lock:

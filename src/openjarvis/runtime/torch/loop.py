@@ -17,7 +17,7 @@ from openjarvis.runtime.torch.runner import BLOCK_SIZE, Runner, StepInputs
 from openjarvis.runtime.torch.scheduler import Pieces, Scheduler, Sequence, Step
 from openjarvis.runtime.types import StepLedger
 
-__all__ = ["SWITCH_INTERVAL_S", "Publish", "StepCounts", "StepLoop"]
+__all__ = ["SWITCH_INTERVAL_S", "Publish", "StepCounts", "StepLoop", "switch_interval"]
 
 # The step loop shares the interpreter with the threads that consume its tokens (a server's
 # requests, ipw measure's tasks). CPython lets a thread that holds the interpreter keep it for
@@ -105,7 +105,7 @@ class StepLoop:
         self.counts = StepCounts()
         self._shortened = runner.device.type == "cuda"
         if self._shortened:
-            _switch_interval.shorten()
+            switch_interval.shorten()
         self._thread = threading.Thread(target=self._loop, name="torch-engine", daemon=True)
         self._thread.start()
 
@@ -125,7 +125,7 @@ class StepLoop:
             self._wake.notify()
         self._thread.join()
         if not closed and self._shortened:
-            _switch_interval.restore()
+            switch_interval.restore()
 
     def _loop(self) -> None:
         runner, scheduler = self._runner, self._scheduler
@@ -225,7 +225,8 @@ class StepLoop:
 
 
 class _SwitchInterval:
-    """The process's switch interval while any step loop runs; the last to stop restores it."""
+    """The process's switch interval while any step loop (or a GPU engine's core elsewhere)
+    runs; the last to stop restores it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -246,7 +247,7 @@ class _SwitchInterval:
                 sys.setswitchinterval(self._before_s)
 
 
-_switch_interval = _SwitchInterval()
+switch_interval = _SwitchInterval()
 
 
 def _pick(step: Step, logits: torch.Tensor) -> torch.Tensor:
