@@ -75,6 +75,31 @@ def test_this_process_working_is_not_another_process() -> None:
     assert activity.other_cpu_s <= machine_s - spun_s + 0.1
 
 
+def test_a_live_child_working_is_ours_not_another_process() -> None:
+    """A child that works through the watch and is still running at its end (as a GPU engine's
+    core process does) is this run's own work, not a busy machine's."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.monotonic() + 3\nwhile time.monotonic() < end: pass",
+        ]
+    )
+    try:
+        machine_s = busy_cpu_s(psutil.cpu_times())
+        with watching("tasks", []) as watch:
+            time.sleep(1.5)
+        machine_s = busy_cpu_s(psutil.cpu_times()) - machine_s
+        assert child.poll() is None  # still running at the watch's end
+    finally:
+        child.kill()
+        child.wait()
+    activity = watch.activity
+    assert activity is not None and activity.other_cpu_s is not None
+    assert machine_s > 1.0  # the child did burn a core meanwhile
+    assert activity.other_cpu_s <= machine_s - 1.0 + 0.2
+
+
 def test_other_processes_on_a_metered_gpu_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
     other = psutil.Process().parent()
     assert other is not None

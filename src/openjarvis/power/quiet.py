@@ -7,7 +7,7 @@ its idle baseline. A run where that is material is marked `busy-machine` with th
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 
 import psutil
@@ -94,9 +94,16 @@ class MachineCheck:
 
 
 def _own_cpu_s() -> float:
-    """CPU seconds of this process and its finished children (the sandbox's test runs)."""
-    times = psutil.Process().cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
+    """CPU seconds of this process, its finished children (the sandbox's test runs) and its
+    live descendants (a GPU engine's core process and its ranks), with theirs that finished."""
+    me = psutil.Process()
+    times = me.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in me.children(recursive=True):
+        with suppress(psutil.Error):  # it ended meanwhile: its time is its parent's now
+            times = child.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
 
 
 def _own_pids() -> set[int]:
