@@ -59,3 +59,37 @@ def test_padding_keeps_work_just_before_a_refresh_in_its_window():
     previous, burst = attribute(knots, [Span(-0.2, -0.1), Span(0.102, 0.18)], IDLE_W, pad_s=0.004)
     assert burst.net_j == pytest.approx(3.0 + 30.0)
     assert previous.tail_j == 0.0
+
+
+def test_a_claim_sums_whole_steps_and_cuts_those_an_edge_crosses() -> None:
+    """The accountant's fast claim (whole steps summed, edges cut) against the overlap of every
+    step with the interval, one by one: one engine's steps one after another, a window with two
+    sequences sharing some of them, random intervals and spans."""
+    import heapq
+    import random
+
+    from openjarvis.power.edges import Piece, _work_claim_s
+
+    rng = random.Random(7)
+    steps, time_s = [], 0.0
+    for _ in range(400):
+        time_s += rng.choice([0.0, 0.0, rng.uniform(0.0, 0.002)])  # gaps between some steps
+        length_s = rng.uniform(0.0005, 0.004)
+        steps.append((time_s, time_s + length_s, rng.randint(1, 8)))
+        time_s += length_s
+    one = [Piece(start, end, 1 / batch, batch) for start, end, batch in steps if rng.random() < 0.8]
+    other = [
+        Piece(start, end, 1 / batch, batch) for start, end, batch in steps if rng.random() < 0.5
+    ]
+    work = list(heapq.merge(one, other, key=lambda piece: piece.end_s))
+    for _ in range(300):
+        low_s, high_s = sorted(rng.uniform(-0.01, time_s + 0.01) for _ in range(2))
+        span = Span(
+            rng.uniform(-0.01, time_s / 2), rng.uniform(time_s / 2, time_s + 0.01), work=work
+        )
+        until_s = rng.choice([span.end_s, rng.uniform(low_s, high_s)])
+        lo, hi = max(low_s, span.start_s), min(high_s, span.end_s, until_s)
+        expected = sum(
+            piece.share * max(0.0, min(piece.end_s, hi) - max(piece.start_s, lo)) for piece in work
+        )
+        assert _work_claim_s(span, until_s, low_s, high_s) == pytest.approx(expected, abs=1e-12)

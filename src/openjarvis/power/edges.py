@@ -10,8 +10,9 @@ counter's.
 
 import bisect
 import itertools
+import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = [
@@ -38,6 +39,10 @@ class WorkStep(Protocol):
     def share(self) -> float: ...
     @property
     def batch(self) -> int: ...
+    @property
+    def claim_s(self) -> float:
+        """share * (end_s - start_s): its claim on an interval that holds it whole."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,10 @@ class Piece:
     end_s: float
     share: float
     batch: int
+    claim_s: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "claim_s", self.share * (self.end_s - self.start_s))
 
     @classmethod
     def of(cls, step: WorkStep) -> "Piece":
@@ -183,27 +192,39 @@ def before_split_fraction(span: Span, split_s: float, low_s: float, high_s: floa
 
 def _work_claim_s(span: Span, until_s: float, low_s: float, high_s: float) -> float:
     """A span's claim on an interval: its share of each step, times the step's time inside the
-    interval (and inside the span, up to `until_s`). The steps are in time order, so only
-    those in the interval are visited (a long request has thousands)."""
+    interval (and inside the span, up to `until_s`). The steps are in time order: those in the
+    interval are summed by their whole claims (at C speed: this is the accountant's hottest
+    path, every step of every window in each interval), less the parts outside of those that
+    an edge cuts."""
     low_s, high_s = max(low_s, span.start_s), min(high_s, span.end_s, until_s)
-    claim_s = 0.0
     work = span.work
-    for piece in itertools.islice(work, bisect.bisect_right(work, low_s, key=_end_s), None):
-        start_s = piece.start_s
-        if start_s >= high_s:
-            break
-        # The overlap of the step with [low_s, high_s], inline: this loop is the accountant's
-        # hottest (every step of every window in each interval).
-        inside_s = (high_s if piece.end_s > high_s else piece.end_s) - (
-            low_s if start_s < low_s else start_s
-        )
-        if inside_s > 0:
-            claim_s += piece.share * inside_s
-    return claim_s
+    first = bisect.bisect_right(work, low_s, key=_end_s)  # the first step ending after low_s
+    last = bisect.bisect_left(work, high_s, key=_start_s)  # the first starting at high_s or later
+    if first >= last:
+        return 0.0
+    claim_s = sum(map(_claim_s, work[first:last]))
+    # Steps are one engine's, one after another: a window's several sequences share a step's
+    # time or none of it, so the steps cut by an edge are the first (or last) few alike.
+    index = first
+    while index < last and work[index].start_s < low_s:
+        claim_s -= work[index].share * (low_s - work[index].start_s)
+        index += 1
+    index = last - 1
+    while index >= first and work[index].end_s > high_s:
+        claim_s -= work[index].share * (work[index].end_s - high_s)
+        index -= 1
+    return max(claim_s, 0.0)
 
 
 def _end_s(piece: WorkStep) -> float:
     return piece.end_s
+
+
+def _start_s(piece: WorkStep) -> float:
+    return piece.start_s
+
+
+_claim_s = operator.attrgetter("claim_s")
 
 
 def _union_s(spans: Sequence[Span], low_s: float, high_s: float) -> float:

@@ -13,7 +13,7 @@ import heapq
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["StepLedger", "WorkPiece"]
 
@@ -29,6 +29,12 @@ class WorkPiece:
     end_s: float
     share: float  # this sequence's tokens / all tokens of the step, in (0, 1]
     batch: int  # sequences in the step
+    # share * the step's time: its claim on an interval that holds it whole (the meter sums
+    # these; computed once per piece, and the rows of a step share one piece).
+    claim_s: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "claim_s", self.share * (self.end_s - self.start_s))
 
 
 class StepLedger:
