@@ -8,6 +8,7 @@ step's end to the token in hand. Unless --eager-prefill, the first 32 greedy tok
 request are then checked against an engine that prefills eagerly.
 
 Run (GPU): python3 benchmarks/torch_ttft.py --model FILE.gguf [--no-compile] [--eager-prefill]
+     [--in-process]
 """
 
 import argparse
@@ -51,10 +52,18 @@ def main() -> None:
         "--no-compile", action="store_true", help="an eager decode step (the GPU compiles it)"
     )
     parser.add_argument("--eager-prefill", action="store_true", help="prefill without graphs")
+    parser.add_argument(
+        "--in-process", action="store_true", help="the engine's core in this process, not its own"
+    )
     args = parser.parse_args()
     graphs = not args.eager_prefill
     compile = False if args.no_compile else None  # None: the engine's default
-    settings = TorchSettings(max_seq_len=4096, compile=compile, prefill_graphs=graphs)
+    settings = TorchSettings(
+        max_seq_len=4096,
+        compile=compile,
+        prefill_graphs=graphs,
+        engine_process=False if args.in_process else None,
+    )
     engine = TorchEngine(args.model, settings)
     try:
         for question in QUESTIONS:
