@@ -3,6 +3,7 @@ same tokens, logits and steps as in the caller's process, the meter's ledger reb
 core's steps, errors that cross the pipe as they are, and a core that dies reported."""
 
 import itertools
+import threading
 import time
 
 import pytest
@@ -94,5 +95,41 @@ def test_a_core_that_dies_is_reported_to_its_consumers_and_callers() -> None:
         with pytest.raises(RuntimeError, match="stopped after an error"):
             engine.generate_tokens([1], 2)
         assert engine.ledger.complete_s() >= time.monotonic() - 1  # idle: nothing will land
+    finally:
+        engine.close()
+
+
+def test_a_message_the_caller_cannot_take_fails_the_requests_not_hangs_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug on this side of the pipe (here: taking the tokens raises) ends the core and is
+    handed to every request in flight, instead of leaving them waiting for tokens forever."""
+    from openjarvis.runtime.torch.core_process import CoreProcess
+
+    engine = _engine(True, max_seq_len=4096)
+    try:
+        take = CoreProcess._take
+
+        def broken(self: CoreProcess, message: tuple) -> None:
+            if message[0] == "out":
+                raise KeyError("a bug")
+            take(self, message)
+
+        monkeypatch.setattr(CoreProcess, "_take", broken)
+        tokens = engine.generate_tokens([2, 7, 1, 8], 4000)
+        raised: list[str] = []
+
+        def consume() -> None:
+            try:
+                list(tokens)
+            except RuntimeError as error:
+                raised.append(str(error))
+
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        consumer.join(timeout=60)  # before the fix: waits for tokens forever
+        assert raised and "messages could not be read: KeyError" in raised[0]
+        with pytest.raises(RuntimeError, match="stopped after an error"):
+            engine.generate_tokens([1], 2)
     finally:
         engine.close()

@@ -15,6 +15,7 @@ The clock is shared: both processes stamp times with time.monotonic() (one clock
 import atexit
 import faulthandler
 import itertools
+import os
 import queue
 import signal
 import threading
@@ -40,6 +41,8 @@ __all__ = ["CoreProcess"]
 
 # How long close() waits for the core to finish its sequences and tear down.
 _CLOSE_TIMEOUT_S = 120.0
+# The core's exit status when a message could not be sent (EX_SOFTWARE): the caller reports it.
+_SEND_FAILED = 70
 
 
 class CoreProcess:
@@ -129,7 +132,12 @@ class CoreProcess:
     def counts(self) -> StepCounts:
         with self._counts_lock:
             self._send(("counts",))
-            return self._counts.get(timeout=60)
+            while True:
+                try:
+                    return self._counts.get(timeout=1.0)
+                except queue.Empty:
+                    if self.failure is not None:
+                        raise RuntimeError("the torch engine stopped") from self.failure
 
     def close(self) -> None:
         with self._lock:
@@ -153,19 +161,26 @@ class CoreProcess:
             self._conn.send(message)
 
     def _read(self) -> None:
-        while True:
-            try:
-                messages = self._conn.recv()
-            except (EOFError, OSError):
-                break
-            for message in messages:
-                self._take(message)
+        error: RuntimeError | None = None
+        try:
+            while True:
+                try:
+                    messages = self._conn.recv()
+                except (EOFError, OSError):
+                    break
+                for message in messages:
+                    self._take(message)
+        except Exception as failure:  # a message this side cannot take: nobody gets tokens now
+            error = RuntimeError(f"the torch engine's messages could not be read: {failure!r}")
+            error.__cause__ = failure
+            self._process.kill()
         with self._lock:
             closing = self._closing
-        if closing and not self._sequences:
+        if error is None and closing and not self._sequences:
             return
-        self._process.join(timeout=5)
-        error = RuntimeError(f"the torch engine's process ended ({_exit(self._process)})")
+        if error is None:
+            self._process.join(timeout=5)
+            error = RuntimeError(f"the torch engine's process ended ({_exit(self._process)})")
         with self._lock:
             self.failure = self.failure or error
             ended, self._sequences, self._key_of = self._sequences, {}, {}
@@ -308,6 +323,9 @@ class _Wire:
                     self._conn.send(messages)
             except OSError:
                 return  # the other side has gone
+            except Exception:  # a message that cannot be sent: end, so the other side hears it
+                traceback.print_exc()
+                os._exit(_SEND_FAILED)
             if len(messages) < len(batch):
                 return
 
