@@ -133,3 +133,18 @@ def test_a_message_the_caller_cannot_take_fails_the_requests_not_hangs_them(
             engine.generate_tokens([1], 2)
     finally:
         engine.close()
+
+
+def test_a_step_that_fails_in_the_core_stops_the_engine_on_this_side_too() -> None:
+    """A token the model has no row for fails the core's step loop: the request gets the
+    error, the engine here refuses the next request at once, and the meter's ledger is idle
+    (no step will land), as with the core in this process."""
+    engine = _engine(True)
+    try:
+        with pytest.raises(RuntimeError, match="the torch engine failed: IndexError"):
+            list(engine.generate_tokens([10**6], 3))
+        with pytest.raises(RuntimeError, match="stopped after an error"):
+            engine.generate_tokens([1], 2)
+        assert engine.ledger.complete_s() >= time.monotonic() - 1
+    finally:
+        engine.close()

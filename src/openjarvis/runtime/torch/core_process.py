@@ -217,6 +217,10 @@ class CoreProcess:
                     self.ledger.idle()
         elif kind == "counts":
             self._counts.put(message[1])
+        elif kind == "failed":  # the core's step loop ended: its sequences have the error
+            with self._lock:
+                self.failure = self.failure or message[1].error()
+                self.ledger.idle()  # no step will land
 
 
 def _exit(process: Any) -> str:
@@ -302,6 +306,9 @@ class _Wire:
 
     def idle(self, taken: int) -> None:
         self._out.put(("idle", taken))
+
+    def failed(self, error: BaseException) -> None:
+        self._out.put(("failed", _Failure.of(error)))
 
     def stop(self) -> None:
         self._out.put(None)

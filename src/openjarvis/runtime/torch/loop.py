@@ -64,6 +64,9 @@ class Publish(Protocol):
     def idle(self, taken: int) -> None:
         """Nothing runs and nothing waits: the `taken` sequences the loop took in are done."""
 
+    def failed(self, error: BaseException) -> None:
+        """The loop ended on `error` (every sequence has it): no step will land again."""
+
 
 class ToLedger:
     """Publishes to a StepLedger in this process (the sequences' work lists are its own)."""
@@ -78,6 +81,9 @@ class ToLedger:
         self._ledger.landed(end_s)
 
     def idle(self, taken: int) -> None:
+        self._ledger.idle()
+
+    def failed(self, error: BaseException) -> None:
         self._ledger.idle()
 
 
@@ -157,12 +163,13 @@ class StepLoop:
         except BaseException as error:
             with self._wake:
                 self.failure = error
+                # Said before any sequence hears of it, so that none can send another first.
+                self._publish.failed(error)  # no step will land: the meter must not wait
                 for sequence in self._inbox:
                     sequence.hand(error)
                 self._taken += len(self._inbox)
                 self._inbox = []
             scheduler.fail(error)
-            self._publish.idle(self._taken)  # no step will land: the meter must not wait
 
     def _run(self, step: Step) -> None:
         """Run a step. A decode step is followed by its continuations (Scheduler.continued)
