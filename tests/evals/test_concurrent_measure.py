@@ -304,6 +304,39 @@ def test_one_task_at_a_time_on_a_batching_engine_shares_nothing(
     assert "tasks in flight" not in console.file.getvalue()  # type: ignore[attr-defined]
 
 
+def test_a_slow_test_does_not_hold_back_the_next_tasks_generation(
+    engine: BatchingEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first task's program sleeps in its tests for seconds; the tasks after it start
+    generating as soon as it has generated, while its tests still run (scored in this thread
+    one at a time, it had held them back until it was scored, and the batch drained)."""
+    first = load_suite(SUITE)[0]
+    engine.replies[first.prompt] = ("    import time\n    time.sleep(3)\n    return None\n", 20)
+    started: dict[str, float] = {}
+    generate = engine.generate
+
+    def timed(request: Request) -> Completion:
+        prompt = getattr(request, "prompt", None) or request.messages[-1].content  # type: ignore[union-attr]
+        started[prompt] = time.monotonic()
+        return generate(request)
+
+    scored: dict[str, float] = {}
+    score = runner.score_completions
+
+    def timed_score(items, sandbox, timeout_s):  # type: ignore[no-untyped-def]
+        outcomes = score(items, sandbox, timeout_s=timeout_s)
+        scored[items[0][0].task_id] = time.monotonic()
+        return outcomes
+
+    monkeypatch.setattr(engine, "generate", timed)
+    monkeypatch.setattr(runner, "score_completions", timed_score)
+    result = measure(tmp_path, limit=6, concurrency=2)
+    assert result.figures.tasks == 6
+    later = load_suite(SUITE)[2:6]
+    # Every later task began generating before the first task's slow tests ended.
+    assert all(started[task.prompt] < scored[first.task_id] for task in later)
+
+
 def test_more_tasks_in_flight_than_the_engine_takes_is_refused_before_any_file(
     engine: BatchingEngine, tmp_path: Path
 ) -> None:

@@ -2,6 +2,7 @@
 them in the sandbox, and save each task to the store at once.
 """
 
+import os
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -9,6 +10,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, closing
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -424,12 +426,14 @@ def _measured_tasks(
     """The tasks generated and scored, in the order they finish.
 
     One at a time, each task generates in this thread (Ctrl-C stops the generation itself).
-    With `spec.concurrency` above 1, that many tasks generate at once in worker threads and
-    this thread scores them as they finish (outside the scored task's windows, though while
-    other tasks generate). Scoring in a pool of its own beside them was tried and measured:
-    on the H200 it slowed the batch it shares this process with (docs/benchmarks.md).
-    Closing the iterator (an error, Ctrl-C) starts no more tasks and waits for those in
-    flight: they are dropped, and the engine is idle when the caller closes it.
+    With `spec.concurrency` above 1, that many tasks generate at once in worker threads, and a
+    task that has generated is scored in a pool of scorers (outside its windows, though while
+    other tasks generate) while the next task starts generating at once: scored in this thread,
+    one slow test (a timeout) held back the next tasks, and the engine's batch drained
+    (docs/benchmarks.md). The scorers are as many as the CPUs, at most `spec.concurrency`: each
+    runs a sandboxed program. Closing the iterator (an error, Ctrl-C) starts no more tasks and
+    waits for those in flight: they are dropped, and the engine is idle when the caller closes
+    it.
     """
 
     def generate(task: Task) -> _Generated:
@@ -453,26 +457,36 @@ def _measured_tasks(
         return None if stopping.is_set() else generate(task)
 
     waiting = iter(tasks)
-    in_flight: set[Future[_Generated | None]] = set()
-    with ThreadPoolExecutor(spec.concurrency, thread_name_prefix="ipw-task") as pool:
+    generating: set[Future[_Generated | None]] = set()
+    scoring: set[Future[_Measured]] = set()
+    scorers = min(spec.concurrency, os.cpu_count() or 1)
+    with (
+        ThreadPoolExecutor(spec.concurrency, thread_name_prefix="ipw-task") as pool,
+        ThreadPoolExecutor(scorers, thread_name_prefix="ipw-score") as scorer_pool,
+    ):
 
-        def fill() -> None:  # start tasks until `concurrency` are in flight
-            while len(in_flight) < spec.concurrency and (task := next(waiting, None)) is not None:
-                in_flight.add(pool.submit(generate_unless_stopping, task))
+        def fill() -> None:  # start tasks until `concurrency` are generating
+            while len(generating) < spec.concurrency and (task := next(waiting, None)):
+                generating.add(pool.submit(generate_unless_stopping, task))
 
         try:
             fill()
-            while in_flight:
-                done = wait(in_flight, return_when=FIRST_COMPLETED).done
-                in_flight.difference_update(done)
-                generated = [future.result() for future in done]  # a worker's error: raised
-                fill()  # before scoring, so that the engine keeps its batch
-                for one in generated:
+            while generating or scoring:
+                either: list[Future[Any]] = [*generating, *scoring]
+                done = wait(either, return_when=FIRST_COMPLETED).done
+                for future in done & generating:
+                    generating.discard(future)
+                    one = future.result()  # a worker's error: raised
                     if one is not None:
-                        yield scored(one)
+                        scoring.add(scorer_pool.submit(scored, one))
+                fill()  # before anything else, so that the engine keeps its batch
+                for future in done & scoring:
+                    scoring.discard(future)
+                    yield future.result()
         finally:
             stopping.set()
             pool.shutdown(wait=True, cancel_futures=True)
+            scorer_pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _generate(
