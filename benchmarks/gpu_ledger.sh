@@ -2,7 +2,8 @@
 # On the GPU test machine (docs/gpu_machine.md), after gpu_setup.sh: the step-ledger accounting
 # under load, one step per device call.
 #   bash benchmarks/gpu_ledger.sh serve     # serve_load.py on the torch engine, 1..64 clients
-#   bash benchmarks/gpu_ledger.sh measure   # ipw measure --concurrency 32 against torch_batch.py
+#   bash benchmarks/gpu_ledger.sh measure   # ipw measure --concurrency 32 against torch_batch.py,
+#                                           # and its task phase against the generations alone
 # With EAGER_PREFILL=1, the server's torch engine runs prefill steps eagerly, not from CUDA
 # graphs (its files are named _eager_prefill). SRC=DIR runs another tree's src/ (an A/B against
 # an older commit: `git archive REV src | tar -x -C DIR`), its files named with TAG=NAME.
@@ -41,6 +42,9 @@ print("per-sequence decode tok/s: median", statistics.median(rates), "mean", sta
 for key in ("concurrency", "conservation", "accuracy", "joules_per_task"):
     print(key, json.dumps(summary.get(key)))
 PY
+    # The task phase against the same generations alone (no windows, no scoring).
+    python3 benchmarks/measure_phase.py --db /tmp/ledger$tag.db \
+      2>&1 | grep -v '^llama_context' | tee "$out/measure_phase$tag.txt"
     ;;
   *)
     echo "usage: $0 serve | measure" >&2

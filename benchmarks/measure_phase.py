@@ -1,0 +1,59 @@
+"""What `ipw measure --concurrency N` costs beyond its generations: a stored run's task phase
+(the `tasks` stretch its busy-machine watch timed, from the first task's start to the last one
+scored) against the same tasks' requests through the same kind of engine, N at once, with no
+energy windows and no scoring (the issue's goal: the task phase at most 1.3x that).
+
+Run: python3 benchmarks/measure_phase.py --db RUNS.db [--run RUN_ID]
+     (the latest run in the database unless --run; its stored configuration opens the engine)
+"""
+
+import argparse
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from openjarvis.evals.config import RunConfig, prepare
+from openjarvis.evals.prompting import answer_task, run_prompting, task_request
+from openjarvis.runtime.engines import open_engine
+from openjarvis.store import open_store
+
+__all__: list[str] = []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--run", help="a run id (default: the latest run)")
+    args = parser.parse_args()
+    with open_store(args.db) as store:
+        run = store.get_run(args.run) if args.run else store.list_runs(limit=1)[0]
+    assert run.summary is not None, "a finished run"
+    machine = run.summary.get("machine")
+    stretches = machine.get("stretches", []) if isinstance(machine, dict) else []
+    phase_s = next((s["seconds"] for s in stretches if s["stretch"] == "tasks"), None)
+    if phase_s is None:
+        raise SystemExit(f"run {run.id} has no timed task phase (stored before it was kept)")
+    assert run.config is not None, "a run that stored its configuration"
+    prepared = prepare(RunConfig.from_dict(run.config))  # the run's own engine and tasks
+    spec = prepared.config
+    tasks = list(prepared.suite.tasks)
+    prompting = run_prompting(tasks, run.model_kind)
+    engine = open_engine(spec.engine_spec(), prepared.model)
+    try:
+        requests = [task_request(t, prompting[t.kind], spec.temperature, spec.seed) for t in tasks]
+        answer_task(engine, tasks[0], requests[0])  # warm-up: the engine's first step
+        started = time.monotonic()
+        with ThreadPoolExecutor(spec.concurrency) as pool:
+            completions = list(pool.map(answer_task, [engine] * len(tasks), tasks, requests))
+        alone_s = time.monotonic() - started
+    finally:
+        engine.close()
+    tokens = sum(c.completion_tokens for c in completions)
+    print(
+        f"run {run.id}: {len(tasks)} tasks at concurrency {run.concurrency}; task phase "
+        f"{phase_s:.2f} s; the generations alone {alone_s:.2f} s ({tokens} tokens); "
+        f"ratio {phase_s / alone_s:.2f} (goal <= 1.3)"
+    )
+
+
+if __name__ == "__main__":
+    main()
