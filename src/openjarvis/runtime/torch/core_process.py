@@ -110,24 +110,27 @@ class CoreProcess:
             self._key_of[id(sequence)] = key
             self._submitted += 1
             self.ledger.busy()  # before the core can start a step of it
-        self._send(
-            (
-                "add",
-                key,
-                sequence.prompt,
-                sequence.max_tokens,
-                sequence.end_tokens,
-                sequence.temperature,
-                sequence.seed,
-                sequence.all_logits,
-            )
+        message = (
+            "add",
+            key,
+            sequence.prompt,
+            sequence.max_tokens,
+            sequence.end_tokens,
+            sequence.temperature,
+            sequence.seed,
+            sequence.all_logits,
         )
+        try:
+            self._send(message)
+        except OSError as error:  # the core has gone: the reader fails the sequence too
+            raise RuntimeError("the torch engine's process has ended") from error
 
     def cancel(self, sequence: Sequence) -> None:
         sequence.cancelled = True
         key = self._key_of.get(id(sequence))
         if key is not None:  # not ended yet
-            self._send(("cancel", key))
+            with suppress(OSError):  # the core has gone: the reader ends the sequence
+                self._send(("cancel", key))
 
     def counts(self) -> StepCounts:
         with self._counts_lock:
