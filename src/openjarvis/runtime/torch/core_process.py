@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-import numpy as np
 import torch
 import torch.multiprocessing as multiprocessing
 
@@ -278,7 +277,7 @@ class _Remote(Sequence):
         assert self.wire is not None
         logits, self.logits = self.logits, None
         sent: object = _Failure.of(item) if isinstance(item, BaseException) else item
-        array = None if logits is None else np.asarray(logits.numpy())
+        array = None if logits is None else logits.numpy()
         self.wire.put(("out", self.key, sent, self.reused, array))
         if isinstance(item, BaseException) or item[-1] is None:
             self.wire.sequences.pop(self.key, None)
