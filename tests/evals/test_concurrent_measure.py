@@ -304,6 +304,23 @@ def test_one_task_at_a_time_on_a_batching_engine_shares_nothing(
     assert "tasks in flight" not in console.file.getvalue()  # type: ignore[attr-defined]
 
 
+def test_the_task_phase_ends_with_the_last_task_not_with_the_idle_measured_after_it(
+    engine: BatchingEngine, tmp_path: Path
+) -> None:
+    """The run's `tasks` stretch (what benchmarks/measure_phase.py sets against the
+    generations alone) holds neither idle measurement: with both inside the run's wall time,
+    the stretch and the two idles fit in it."""
+    started = time.monotonic()
+    result = measure(tmp_path, limit=2, concurrency=2, idle_seconds=1.0)
+    wall_s = time.monotonic() - started
+    with open_store(str(tmp_path / "runs.db")) as store:
+        summary = store.get_run(result.run_id).summary
+    assert summary is not None and isinstance(summary["machine"], dict)
+    stretches = {s["stretch"]: s["seconds"] for s in summary["machine"]["stretches"]}
+    assert stretches["tasks"] > 0
+    assert stretches["tasks"] + 2 * 1.0 <= wall_s
+
+
 def test_a_slow_test_does_not_hold_back_the_next_tasks_generation(
     engine: BatchingEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

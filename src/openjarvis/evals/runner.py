@@ -235,8 +235,9 @@ def _measure_tasks(
             run_energy.watching_machine("tasks", meter) as tasks_watch,
         ):
             executed = _execute(
-                spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task
-            )
+                spec, run, judged_tasks, engine, sandbox, meter, store, on_start, on_task,
+                tasks_watch,
+            )  # fmt: skip
         check = run_energy.machine_check((idle_watch, tasks_watch), meter)
     except BaseException:
         if executed is not None:  # the tasks were measured; what followed them failed
@@ -266,6 +267,7 @@ def _execute(
     store: Store,
     on_start: StartCallback,
     on_task: ProgressCallback,
+    tasks_watch: quiet.Watch,
 ) -> tuple[MeasureResult, dict[str, object]]:
     run_id = run.id or ""
     done = {result.task_id for result in store.task_results(run_id)}
@@ -319,6 +321,10 @@ def _execute(
                 unsaved.append(measured)
                 save_settled()
         save_the_rest()
+        # The task phase ends with the last task saved: the idle measured after it is not
+        # the tasks' time (benchmarks/measure_phase.py compares this stretch with the
+        # generations alone).
+        tasks_watch.stop()
         idle_after = run_energy.idle_after(spec.idle_seconds, meter, engine)
     except BaseException as error:
         if unsaved and isinstance(error, KeyboardInterrupt | Exception):

@@ -144,6 +144,9 @@ class Watch:
         self.own_cpu_s = _own_cpu_s()
 
     def stop(self) -> Activity:
+        """End the stretch (once: a later call returns what the first found)."""
+        if self.activity is not None:
+            return self.activity
         seconds = self.clock() - self.start_s
         machine_cpu_s = busy_cpu_s(psutil.cpu_times()) - self.machine_cpu_s
         own_cpu_s = _own_cpu_s() - self.own_cpu_s
