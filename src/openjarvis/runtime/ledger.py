@@ -22,8 +22,9 @@ __all__ = ["StepLedger", "WorkPiece"]
 class WorkPiece:
     """One engine step that a sequence took part in, for splitting energy between sequences
     that ran at once: the step's time, this sequence's share of the step's tokens, and how
-    many sequences the step carried. Every sequence in a step does the same kind of work
-    (prefill or decode), so the step's measured time is the cost that the shares divide."""
+    many sequences the step carried. A step's tokens each cost about the same (a decode token,
+    or a prompt's tokens in a prefill step or as one-query rows of a decode step), so the
+    step's measured time is the cost that the shares divide."""
 
     start_s: float
     end_s: float

@@ -23,6 +23,11 @@ class TorchSettings:
     # many full-length sequences where memory allows.
     concurrency: int = 64
     prefill_tokens: int = 2048  # prompt tokens per prefill step (longer prompts: in chunks)
+    # Prompt tokens a decode step takes beside its decode rows, each a row of one query: a new
+    # sequence's prompt joins the running batch instead of stalling it in a step of its own
+    # (vLLM's chunked prefill mixed into decode batches). 0: prompts prefill in steps of their
+    # own. A prompt with nothing decoding beside it prefills in its own steps either way.
+    decode_prompt_rows: int = 256
     # Keep the KV blocks of prompts by content and reuse a shared prefix (chat turns, a system
     # prompt); a benchmark measures every request from a cold cache instead (off).
     reuse_prompt_cache: bool = True

@@ -145,16 +145,10 @@ class StepLoop:
                         self._publish.idle(self._taken)
                     while not self._inbox and scheduler.idle and not self._closing:
                         self._wake.wait()
-                    arrived, self._inbox = self._inbox, []
-                    self._taken += len(arrived)
-                    if self._closing and scheduler.idle and not arrived:
+                    if self._closing and scheduler.idle and not self._inbox:
                         return
                 self._publish.busy()  # before any step starts: their times follow this
-                for sequence in arrived:
-                    try:
-                        scheduler.add(sequence)
-                    except ValueError as error:
-                        sequence.hand(UserError(str(error)))
+                self._take_arrivals()
                 step = scheduler.next_step()
                 if step is None:
                     scheduler.deliver()
@@ -171,22 +165,37 @@ class StepLoop:
                 self._inbox = []
             scheduler.fail(error)
 
+    def _take_arrivals(self) -> None:
+        """Move the sequences enqueued since the last look to the scheduler."""
+        with self._wake:
+            arrived, self._inbox = self._inbox, []
+            self._taken += len(arrived)
+        for sequence in arrived:
+            try:
+                self._scheduler.add(sequence)
+            except ValueError as error:
+                sequence.hand(UserError(str(error)))
+
     def _run(self, step: Step) -> None:
-        """Run a step. A decode step is followed by its continuations (Scheduler.continued)
-        while no new sequence could start: each is launched before the step before it has
-        landed, its tokens taken from that step's picks on the device, so the GPU runs one
-        step while the host records the last and wakes its consumers (the overlap of
-        SGLang's and vLLM's asynchronous schedulers). With tensor parallelism each step waits
-        for the one before: the followers receive its tokens in rank 0's broadcast."""
+        """Run a step. A decode step is followed by its continuations (Scheduler.continued,
+        which takes in new prompts as rows where they join decode steps, and else ends the
+        chain when one could start): each is launched before the step before it has landed,
+        its tokens taken from that step's picks on the device, so the GPU runs one step while
+        the host records the last and wakes its consumers (the overlap of SGLang's and vLLM's
+        asynchronous schedulers). With tensor parallelism each step waits for the one before:
+        the followers receive its tokens in rank 0's broadcast."""
         scheduler = self._scheduler
         flight = self._launch(step)
         while True:
             following = None
-            if step.kind == "decode" and self._chains and not self._inbox:
+            if flight.step.kind == "decode" and self._chains:
+                if self._inbox:
+                    self._take_arrivals()
                 scheduler.drop_cancelled()
-                continued = None if scheduler.can_admit else scheduler.continued(flight.step)
+                continued = scheduler.continued(flight.step)
                 if continued is not None:
-                    following = self._launch(continued[0], flight.picks_of(continued[1]))
+                    after, kept = continued  # kept: none where only new prompts' rows follow
+                    following = self._launch(after, flight.picks_of(kept) if kept else None)
             self._land(flight)
             scheduler.deliver(time.monotonic())
             if following is None:
@@ -216,7 +225,7 @@ class StepLoop:
         launch, or from the landing of the step before it if that came later."""
         if flight.landed is not None:
             flight.landed.synchronize()
-        picked: list[int | None] = [None] * len(flight.step.rows)
+        picked: list[int | None] = []  # a scoring step picks nothing
         if flight.host is not None:
             picked = flight.host.tolist()
         end_s = time.monotonic()
@@ -290,7 +299,7 @@ class _Flight:
         assert self.picks is not None, "a scoring step is never continued"
         picks = self.picks
         if len(rows) < picks.size(0):
-            index = torch.tensor(rows)
+            index = torch.tensor(rows, dtype=torch.long)
             if picks.is_cuda:
                 index = index.pin_memory().to(picks.device, non_blocking=True)
             picks = picks[index]

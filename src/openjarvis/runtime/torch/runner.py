@@ -83,8 +83,8 @@ class StepInputs:
     @classmethod
     def of(cls, step: Step, block_size: int, tokens: Tensor | None = None) -> "StepInputs":
         """One tensor per field, built from the sequences' table rows and plain lists: a
-        decode step of a hundred rows costs no per-row tensor work. `tokens` ([B, 1], on the
-        device) stands in for a continued step's PENDING tokens."""
+        decode step of a hundred rows costs no per-row tensor work. `tokens` ([K, 1], on the
+        device) stands in for a continued step's PENDING tokens, its first K rows."""
         rows = step.rows
         length = max(len(row.tokens) for row in rows)
         width = max(len(row.sequence.blocks) for row in rows)
@@ -102,6 +102,11 @@ class StepInputs:
         if tokens is None:  # left-padded with 0 (padding sits in the scratch block)
             padded = [[0] * (length - len(row.tokens)) + row.tokens for row in rows]
             tokens = torch.tensor(padded, dtype=torch.long)
+        elif tokens.size(0) < len(rows):  # then rows whose tokens are known (one each)
+            known = torch.tensor([row.tokens for row in rows[tokens.size(0) :]], dtype=torch.long)
+            if tokens.is_cuda:
+                known = known.pin_memory().to(tokens.device, non_blocking=True)
+            tokens = torch.cat([tokens, known])
         return cls(step.kind == "decode", last_only, tokens, where, slots, tables)
 
     def pack(self) -> tuple[Tensor, Tensor]:
@@ -208,13 +213,17 @@ class Runner:
             self.fused_gemv_table = self.decode_gemvs.summary()
         config = self.model.config
         self.concurrency = settings.concurrency
+        # Rows a decode step holds at most: a row per running sequence, and new prompts'
+        # tokens as rows of one query (the sequences' sampled rows lead, so logits are
+        # computed for the first `concurrency` rows only).
+        self.decode_rows = settings.concurrency + settings.decode_prompt_rows
         self.blocks = self._cache_blocks(settings.concurrency, config.max_seq_len, dtype)
         self.model.setup_caches(self.blocks, BLOCK_SIZE, dtype)
         self.table_width = -(-config.max_seq_len // BLOCK_SIZE)
         self.decode: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = self._decode
         if settings.compile:
             # One compiled graph per decode bucket (static shapes within each).
-            limit = max(64, 2 * len(batch_buckets(self.concurrency)))
+            limit = max(64, 2 * len(batch_buckets(self.decode_rows)))
             torch._dynamo.config.cache_size_limit = limit
             self.decode = torch.compile(
                 self._decode, fullgraph=True, dynamic=False, mode=settings.compile_mode
@@ -226,16 +235,16 @@ class Runner:
             self.static = StepInputs(
                 True,
                 True,
-                torch.zeros(self.concurrency, 1, dtype=torch.long, device=self.device),
-                torch.zeros(self.concurrency, 1, dtype=torch.long, device=self.device),
-                torch.zeros(self.concurrency, 1, dtype=torch.long, device=self.device),
-                torch.zeros(self.concurrency, width, dtype=torch.int32, device=self.device),
+                torch.zeros(self.decode_rows, 1, dtype=torch.long, device=self.device),
+                torch.zeros(self.decode_rows, 1, dtype=torch.long, device=self.device),
+                torch.zeros(self.decode_rows, 1, dtype=torch.long, device=self.device),
+                torch.zeros(self.decode_rows, width, dtype=torch.int32, device=self.device),
             )
             # Every bucket is compiled and captured now, largest first (as nano-vllm does):
             # done lazily, the first batch of each size paid seconds of compilation inside
             # its requests' time and energy (measured on the H200 with the embedded model).
             # The scratch block is all the capture writes.
-            for bucket in reversed(batch_buckets(self.concurrency)):
+            for bucket in reversed(batch_buckets(self.decode_rows)):
                 self.graphs[bucket] = self._capture(bucket)
         # Prefill graphs replay the eager model (a compiled one would build a graph per bucket).
         self.prefill_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
@@ -360,11 +369,12 @@ class Runner:
 
     def _decode(self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor) -> Tensor:
         layout = Layout(positions, slots, tables)
-        return self.model(tokens, layout, last_only=True)[:, -1].float()
+        logits = self.model(tokens, layout, last_only=True, logit_rows=self.concurrency)
+        return logits[:, -1].float()
 
     def _replay(self, inputs: StepInputs) -> Tensor:
         batch = inputs.tokens.size(0)
-        bucket = next(size for size in batch_buckets(self.concurrency) if size >= batch)
+        bucket = next(size for size in batch_buckets(self.decode_rows) if size >= batch)
         static = self.static
         static.tokens[:batch] = inputs.tokens
         static.positions[:batch] = inputs.positions

@@ -1,6 +1,8 @@
 """Which sequences run in the next step, apart from the model (nano-vllm's split): admission
 while blocks last, chunked prefill under a token budget, then decode of every running sequence,
-and finishing (end token, token limit, or the consumer left).
+and finishing (end token, token limit, or the consumer left). While sequences decode, a new
+prompt's tokens join their decode step as rows of one query each (`prompt_rows` of them at
+most) instead of stopping the batch for a prefill step of their own.
 
 A sequence is admitted only when blocks for its whole length (prompt + max tokens) are free, so
 a running sequence never waits for memory and nothing is ever preempted. Its prompt's leading
@@ -8,6 +10,7 @@ full blocks that the pool already holds (an earlier prompt's prefix) are shared 
 computed, and every block it fills is published for later prompts (paged.py, BlockPool).
 """
 
+import itertools
 import queue
 import time
 from collections import deque
@@ -54,6 +57,8 @@ class Sequence:
     # sequence can need: reserved at admission, it never changes while the sequence runs.
     table: Tensor | None = None
     cached: int = 0  # tokens whose keys and values are in the cache
+    # Prompt tokens handed to steps: ahead of `cached` while a step holding them runs.
+    scheduled: int = 0
     reused: int = 0  # prompt tokens taken from the prefix cache at admission, not computed
     # Keys of its prompt's full blocks before the last token (looked up once), then of every
     # block it filled: block i of `blocks` holds the prefix keys[i] names.
@@ -77,6 +82,11 @@ class Sequence:
     @property
     def prefilling(self) -> bool:
         return self.cached < len(self.prompt)
+
+    @property
+    def unscheduled(self) -> int:
+        """Prompt tokens no step has been handed yet."""
+        return len(self.prompt) - self.scheduled
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +118,7 @@ class Scheduler:
         prefill_tokens: int,
         max_seq_len: int,
         prefill_rows: int | None = None,
+        prompt_rows: int = 0,
     ) -> None:
         self.pool = pool
         self.concurrency = concurrency
@@ -116,6 +127,8 @@ class Scheduler:
         # where prefill steps replay one-sequence CUDA graphs.
         self.prefill_rows = prefill_rows
         self.max_seq_len = max_seq_len
+        # Prompt tokens a decode step takes as one-query rows (0: prompts prefill alone).
+        self.prompt_rows = prompt_rows
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         # Tokens and ends decided but not yet handed to the consumers: the engine hands them
@@ -155,10 +168,16 @@ class Scheduler:
         self.waiting = deque(s for s in self.waiting if not s.cancelled)
 
     def next_step(self) -> Step | None:
-        """Drop what the consumers left, admit what fits, then prefill before decoding."""
+        """Drop what the consumers left, admit what fits, then prefill before decoding: new
+        prompts in the decode step where something decodes and prompt rows are on, else in
+        prefill steps."""
         self.drop_cancelled()
         self._admit()
-        rows: list[Row] = []
+        decoding = [s for s in self.running if not s.prefilling]
+        if decoding and self._mixes():
+            rows = [Row(s, [s.output[-1]], s.cached, True) for s in decoding]
+            return Step("decode", [*rows, *self._prompt_rows()])
+        rows = []
         budget = self.prefill_tokens
         for sequence in self.running:
             if not sequence.prefilling or budget <= 0:
@@ -171,29 +190,66 @@ class Scheduler:
             start = sequence.cached
             chunk = sequence.prompt[start : start + size]
             rows.append(Row(sequence, chunk, start, start + size == len(sequence.prompt)))
+            sequence.scheduled = start + size
             budget -= size
             if sequence.all_logits or len(rows) == self.prefill_rows:
                 break
         if rows:
             return Step("prefill", rows)
-        decoding = [s for s in self.running if not s.prefilling]
         if not decoding:
             return None
         return Step("decode", [Row(s, [s.output[-1]], s.cached, True) for s in decoding])
 
     def continued(self, step: Step) -> tuple[Step, list[int]] | None:
-        """The decode step after `step`, decided before `step`'s tokens are known: its
-        sequences that have not finished, one position on, each row's token PENDING (the
-        step picks it on the device). With the indices of the rows of `step` it keeps.
+        """The decode step after `step`, decided before `step`'s tokens are known: the
+        sequences it samples that have not finished, one position on, each row's token PENDING
+        (the step picks it on the device), then, where prompt rows are on, the prompt tokens
+        that no step holds yet (sequences admitted now included). With the indices of the rows
+        of `step` it keeps. None: the chain ends (nothing to continue, or a waiting sequence
+        needs a prefill step of its own).
 
         A sequence that finishes in `step` is still in this one (its row is stale, and
         finish_step ignores it): at most one stale row per sequence, at a position its
         reserved blocks hold (prompt + max tokens - 1 at the latest)."""
-        kept = [i for i, row in enumerate(step.rows) if not row.sequence.finished]
-        if not kept:
+        if self._mixes():
+            self._admit()
+            if not self._mixes():  # a scoring prompt came in: it prefills alone
+                return None
+        elif self.can_admit:
             return None
+        kept = [i for i, row in enumerate(step.rows) if row.sample and not row.sequence.finished]
         rows = [Row(step.rows[i].sequence, [PENDING], step.rows[i].start + 1, True) for i in kept]
+        if self.prompt_rows:
+            rows += self._prompt_rows()
+        if not rows:
+            return None
         return Step("decode", rows), kept
+
+    def _mixes(self) -> bool:
+        """Prompts join decode steps: prompt rows are on and no scoring prompt (which runs
+        alone, for all its logits) is prefilling."""
+        return self.prompt_rows > 0 and not any(s.all_logits and s.prefilling for s in self.running)
+
+    def _prompt_rows(self) -> list[Row]:
+        """Up to `prompt_rows` prompt tokens no step holds yet, one row each, in admission
+        order: the rows that end a prompt (they pick its first token) first, so that a step's
+        sampled rows lead it, then the rest."""
+        ends: list[Row] = []
+        rest: list[Row] = []
+        budget = self.prompt_rows
+        for sequence in self.running:
+            if budget <= 0:
+                break
+            size = min(sequence.unscheduled, budget)
+            if size <= 0:
+                continue
+            start, last = sequence.scheduled, len(sequence.prompt) - 1
+            for position in range(start, start + size):
+                row = Row(sequence, [sequence.prompt[position]], position, position == last)
+                (ends if row.sample else rest).append(row)
+            sequence.scheduled = start + size
+            budget -= size
+        return ends + rest
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.concurrency:
@@ -204,7 +260,8 @@ class Scheduler:
                 return  # first come, first served: later ones wait behind it
             self.waiting.popleft()
             sequence.blocks = self.pool.take(needed, hits)
-            sequence.cached = sequence.reused = len(hits) * self.pool.block_size
+            reused = len(hits) * self.pool.block_size
+            sequence.cached = sequence.reused = sequence.scheduled = reused
             assert sequence.keys is not None
             del sequence.keys[len(hits) :]  # from here on, the keys of blocks it fills
             width = self.pool.blocks_for(self.max_seq_len)
@@ -240,26 +297,34 @@ class Scheduler:
         """Record the step: each row's tokens are cached now; sampled rows get their token,
         stamped with the step's end time (delivered by `deliver`); finished sequences give
         their blocks back. Rows of sequences that finished before the step (stale rows of a
-        continued step) are ignored: the live rows share the step's work. Returns the step's
-        pieces with the live sequences that took each."""
+        continued step) are ignored: the live sequences share the step's work by their tokens
+        in it (every row's, a prompt's one-query rows included). `picked` may stop after the
+        sampled rows, which lead the step. Returns the step's pieces with the live sequences
+        that took each."""
+        assert len(picked) <= len(step.rows), "a pick per sampled row at most"
         live = [
             (row, token)
-            for row, token in zip(step.rows, picked, strict=True)
+            for row, token in itertools.zip_longest(step.rows, picked)
             if not row.sequence.finished
         ]
-        total = sum(len(row.tokens) for row, _ in live)
-        # Rows of equal size share one (frozen) piece: a decode step makes one, not one per row.
-        pieces: dict[int, tuple[WorkPiece, list[Sequence]]] = {}
-        for row, token in live:
+        tokens: dict[int, tuple[Sequence, int]] = {}
+        for row, _ in live:
             sequence = row.sequence
-            size = len(row.tokens)
-            sequence.cached = row.start + size
+            taken_before = tokens.get(id(sequence), (sequence, 0))[1]
+            tokens[id(sequence)] = (sequence, taken_before + len(row.tokens))
+            sequence.cached = max(sequence.cached, row.start + len(row.tokens))
+        total = sum(size for _, size in tokens.values())
+        # Sequences that took as many tokens share one (frozen) piece: a decode step makes one.
+        pieces: dict[int, tuple[WorkPiece, list[Sequence]]] = {}
+        for sequence, size in tokens.values():
             self._publish(sequence)
             taken = pieces.get(size)
             if taken is None:
-                taken = pieces[size] = (WorkPiece(start_s, end_s, size / total, len(live)), [])
+                taken = pieces[size] = (WorkPiece(start_s, end_s, size / total, len(tokens)), [])
             sequence.work.append(taken[0])
             taken[1].append(sequence)
+        for row, token in live:
+            sequence = row.sequence
             if sequence.cancelled or not row.sample or sequence.all_logits:
                 if sequence.all_logits and not sequence.prefilling:
                     self._finish(sequence)
