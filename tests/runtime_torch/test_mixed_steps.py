@@ -45,27 +45,27 @@ def test_a_new_prompt_joins_the_decode_step_in_pieces_of_the_row_budget() -> Non
         (10, [13], 3, False),
     ]
     # The step after it, decided before it lands: the decode row one on, then the prompt's
-    # last two tokens, the one that ends it (and picks its first token) first.
+    # last two tokens (the last picks its first token).
     continued = scheduler.continued(step)
     assert continued is not None
     after, kept = continued
     assert kept == [0]
     assert _rows(after) == [
         (1, [PENDING], 4, True),
-        (10, [15], 5, True),
         (10, [14], 4, False),
+        (10, [15], 5, True),
     ]
-    pieces = scheduler.finish_step(step, [8], 1.0, 2.0)
+    pieces = scheduler.finish_step(step, [8, 0, 0, 0, 0], 1.0, 2.0)
     shares = {sequences[0].prompt[0]: (piece.share, piece.batch) for piece, sequences in pieces}
     assert shares == {1: (pytest.approx(1 / 5), 2), 10: (pytest.approx(4 / 5), 2)}
     assert second.cached == 4 and second.prefilling
-    scheduler.finish_step(after, [9, 20], 2.0, 3.0)
+    scheduler.finish_step(after, [9, 0, 20], 2.0, 3.0)
     assert not second.prefilling and second.output == [20] and first.output == [7, 8, 9]
     # Both decode now, in one step, the new sequence's sampled row from its prompt's end.
     following = scheduler.continued(after)
     assert following is not None
     assert _rows(following[0]) == [(1, [PENDING], 5, True), (10, [PENDING], 6, True)]
-    assert following[1] == [0, 1]
+    assert following[1] == [0, 2]
 
 
 def test_a_scoring_prompt_still_prefills_alone_and_ends_the_chain() -> None:

@@ -225,7 +225,7 @@ class StepLoop:
         launch, or from the landing of the step before it if that came later."""
         if flight.landed is not None:
             flight.landed.synchronize()
-        picked: list[int | None] = []  # a scoring step picks nothing
+        picked: list[int | None] = [None] * len(flight.step.rows)
         if flight.host is not None:
             picked = flight.host.tolist()
         end_s = time.monotonic()

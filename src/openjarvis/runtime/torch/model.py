@@ -238,15 +238,7 @@ class Transformer(nn.Module):
                 blocks, block_size, attention.n_kv_heads, self.config.head_dim, dtype, device
             )
 
-    def forward(
-        self,
-        tokens: Tensor,
-        layout: Layout,
-        last_only: bool = False,
-        logit_rows: int | None = None,
-    ) -> Tensor:
-        """Logits [B, T, vocab] ([B, 1, vocab] with `last_only`; only the first `logit_rows`
-        rows with it: a decode step's sampled rows lead it)."""
+    def forward(self, tokens: Tensor, layout: Layout, last_only: bool = False) -> Tensor:
         config = self.config
         positions = layout.positions  # [B, T]
         assert tokens.shape == positions.shape, "one position per token"
@@ -270,7 +262,7 @@ class Transformer(nn.Module):
             window = config.sliding_window if is_sliding else None
             x = layer(x, layout, rope, mask, window)
         if last_only:
-            x = x[:logit_rows, -1:]
+            x = x[:, -1:]
         logits = self.gather_logits(self.output(self.norm(x)))  # [B, T, vocab]
         if config.final_logit_softcap is not None:
             cap = config.final_logit_softcap

@@ -214,8 +214,10 @@ class Runner:
         config = self.model.config
         self.concurrency = settings.concurrency
         # Rows a decode step holds at most: a row per running sequence, and new prompts'
-        # tokens as rows of one query (the sequences' sampled rows lead, so logits are
-        # computed for the first `concurrency` rows only).
+        # tokens as rows of one query. Every row's logits are computed, the prompt rows'
+        # unused: taking the sampled rows' alone inside the compiled step would compile it
+        # again for the buckets above the concurrency, and at start-up that costs more than
+        # the logits (a few tenths of a millisecond in a step that takes a new prompt).
         self.decode_rows = settings.concurrency + settings.decode_prompt_rows
         self.blocks = self._cache_blocks(settings.concurrency, config.max_seq_len, dtype)
         self.model.setup_caches(self.blocks, BLOCK_SIZE, dtype)
@@ -369,8 +371,7 @@ class Runner:
 
     def _decode(self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor) -> Tensor:
         layout = Layout(positions, slots, tables)
-        logits = self.model(tokens, layout, last_only=True, logit_rows=self.concurrency)
-        return logits[:, -1].float()
+        return self.model(tokens, layout, last_only=True)[:, -1].float()
 
     def _replay(self, inputs: StepInputs) -> Tensor:
         batch = inputs.tokens.size(0)

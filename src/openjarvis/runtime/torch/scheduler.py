@@ -10,7 +10,6 @@ full blocks that the pool already holds (an earlier prompt's prefix) are shared 
 computed, and every block it fills is published for later prompts (paged.py, BlockPool).
 """
 
-import itertools
 import queue
 import time
 from collections import deque
@@ -232,10 +231,8 @@ class Scheduler:
 
     def _prompt_rows(self) -> list[Row]:
         """Up to `prompt_rows` prompt tokens no step holds yet, one row each, in admission
-        order: the rows that end a prompt (they pick its first token) first, so that a step's
-        sampled rows lead it, then the rest."""
-        ends: list[Row] = []
-        rest: list[Row] = []
+        order."""
+        rows: list[Row] = []
         budget = self.prompt_rows
         for sequence in self.running:
             if budget <= 0:
@@ -244,12 +241,13 @@ class Scheduler:
             if size <= 0:
                 continue
             start, last = sequence.scheduled, len(sequence.prompt) - 1
-            for position in range(start, start + size):
-                row = Row(sequence, [sequence.prompt[position]], position, position == last)
-                (ends if row.sample else rest).append(row)
+            rows += [
+                Row(sequence, [sequence.prompt[position]], position, position == last)
+                for position in range(start, start + size)
+            ]
             sequence.scheduled = start + size
             budget -= size
-        return ends + rest
+        return rows
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.concurrency:
@@ -298,13 +296,11 @@ class Scheduler:
         stamped with the step's end time (delivered by `deliver`); finished sequences give
         their blocks back. Rows of sequences that finished before the step (stale rows of a
         continued step) are ignored: the live sequences share the step's work by their tokens
-        in it (every row's, a prompt's one-query rows included). `picked` may stop after the
-        sampled rows, which lead the step. Returns the step's pieces with the live sequences
-        that took each."""
-        assert len(picked) <= len(step.rows), "a pick per sampled row at most"
+        in it (every row's, a prompt's one-query rows included). Returns the step's pieces
+        with the live sequences that took each."""
         live = [
             (row, token)
-            for row, token in itertools.zip_longest(step.rows, picked)
+            for row, token in zip(step.rows, picked, strict=True)
             if not row.sequence.finished
         ]
         tokens: dict[int, tuple[Sequence, int]] = {}
