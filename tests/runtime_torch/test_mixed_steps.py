@@ -11,6 +11,7 @@ from openjarvis.runtime.torch.config import TorchSettings
 from openjarvis.runtime.torch.engine import TorchEngine
 from openjarvis.runtime.torch.paged import BlockPool
 from openjarvis.runtime.torch.scheduler import PENDING, Scheduler, Sequence, Step
+from tests.runtime_torch.test_prefix_cache import _has_cuda
 
 
 def _rows(step: Step) -> list[tuple[int, list[int], int, bool]]:
@@ -104,12 +105,6 @@ def _engine(prompt_rows: int, device: str) -> TorchEngine:
         engine_process=False,  # the test reads the sequence's work in this process
     )
     return TorchEngine("tiny-tp", settings)
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 @pytest.mark.parametrize(

@@ -174,9 +174,8 @@ class Scheduler:
         self._admit()
         decoding = [s for s in self.running if not s.prefilling]
         if decoding and self._mixes():
-            rows = [Row(s, [s.output[-1]], s.cached, True) for s in decoding]
-            return Step("decode", [*rows, *self._prompt_rows()])
-        rows = []
+            return Step("decode", [*_decode_rows(decoding), *self._prompt_rows()])
+        rows: list[Row] = []
         budget = self.prefill_tokens
         for sequence in self.running:
             if not sequence.prefilling or budget <= 0:
@@ -197,7 +196,7 @@ class Scheduler:
             return Step("prefill", rows)
         if not decoding:
             return None
-        return Step("decode", [Row(s, [s.output[-1]], s.cached, True) for s in decoding])
+        return Step("decode", _decode_rows(decoding))
 
     def continued(self, step: Step) -> tuple[Step, list[int]] | None:
         """The decode step after `step`, decided before `step`'s tokens are known: the
@@ -375,3 +374,8 @@ class Scheduler:
                 self.pool.give_back(sequence.blocks)
                 sequence.blocks = []
         self.running, self.waiting = [], deque()
+
+
+def _decode_rows(decoding: list[Sequence]) -> list[Row]:
+    """A row per decoding sequence: its last token, at the next position."""
+    return [Row(s, [s.output[-1]], s.cached, True) for s in decoding]
