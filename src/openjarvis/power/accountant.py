@@ -6,7 +6,6 @@ It runs under the meter's lock, in the sampler's thread (or a waiter's, without 
 pass costs what its new intervals cost, and no window waits for another's end.
 """
 
-import copy
 import math
 from collections.abc import Callable, Sequence
 
@@ -76,25 +75,25 @@ class Accountant:
             owner = self._gap_owner(low_s)
             windows = inside if owner is None or owner in inside else [*inside, owner]
             fault = next((reason for time_s, reason in faults if low_s <= time_s <= high_s), None)
+            shares = None
             if windows and fault is None:
-                spans = [self._span(w) for w in windows]
-                shares = attribute([cursor, knot], spans, idle_w, pad_s)
-                for window, share in zip(windows, shares, strict=True):
-                    account = window.accounts[index]
+                shares = attribute([cursor, knot], [self._span(w) for w in windows], idle_w, pad_s)
+            for position, window in enumerate(windows):
+                account = window.accounts[index]
+                if shares is None:  # the interval's energy is unknown
+                    account.reason = account.reason or fault
+                else:
+                    share = shares[position]
                     _add_share(account.share, share)
                     if share.energy_j:
                         account.intervals.append((low_s, high_s, share.energy_j))
-            for window in windows:
-                account = window.accounts[index]
-                if fault is not None:
-                    account.reason = account.reason or fault
-                if window in inside and not account.started:
+                if position < len(inside) and not account.started:  # not the gap's owner
                     account.started = True
                     if low_s > window.start_s:  # the source missed the window's beginning
                         account.reason = account.reason or "no-refresh"
                 end_s = window.end_s
                 if end_s is not None and low_s < end_s <= high_s:
-                    account.at_end = copy.copy(account.share)
+                    account.at_end = account.share.copy()
             cursor = knot
         self.cursors[index] = cursor
 
@@ -121,23 +120,29 @@ class Accountant:
     def publish(self, now_s: float) -> list[WindowHandle]:
         """Publish each closed window whose sources are all decided, to its end and then with
         its tail; returns those settled now (their events are set by the caller, unlocked)."""
-        settled = []
-        for window in list(self.pending):
-            end_s = window.end_s
-            if end_s is None:
-                continue
-            if window.energy is None:
-                if not self._decided(window, end_s, now_s):
-                    continue
-                window.energy = self._window_energy(window, final=False)
-                window.resolved.set()
-            tail_end_s = window.tail_end_s
-            if tail_end_s is None or not self._decided(window, tail_end_s, now_s):
-                continue
+        settled: list[WindowHandle] = []
+        pending: list[WindowHandle] = []
+        for window in self.pending:
+            (settled if self._publish(window, now_s) else pending).append(window)
+        self.pending = pending
+        return settled
+
+    def _publish(self, window: WindowHandle, now_s: float) -> bool:
+        """Publish one window as far as its sources are decided; whether it is settled."""
+        end_s = window.end_s
+        if end_s is None:
+            return False
+        published = window.energy is None
+        if published:
+            if not self._decided(window, end_s, now_s):
+                return False
+            window.energy = self._window_energy(window, final=False)
+        tail_end_s = window.tail_end_s
+        settled = tail_end_s is not None and self._decided(window, tail_end_s, now_s)
+        if settled:
             window.final = self._window_energy(window, final=True)
-            window.resolved.set()
-            self.pending.remove(window)
-            settled.append(window)
+        if published or settled:
+            window.resolved.set()  # once where both are published at once
         return settled
 
     def _decided(self, window: WindowHandle, horizon_s: float, now_s: float) -> bool:

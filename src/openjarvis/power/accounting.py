@@ -28,8 +28,8 @@ def in_scope(domain: Domain, scope: Scope) -> bool:
     return domain in _SCOPE_DOMAINS[scope]
 
 
-@dataclass(frozen=True, slots=True)
-class ScopeSum:
+@dataclass(slots=True)  # not frozen: the accountant makes two for every window, and a frozen
+class ScopeSum:  # dataclass's __init__ takes three times as long
     method: Method | None
     energy_j: float | None
     net_energy_j: float | None
@@ -40,20 +40,28 @@ class ScopeSum:
 
 
 def sum_scope(sources: tuple[SourceEnergy, ...], scope: Scope) -> ScopeSum:
-    """Add the sources inside `scope`; one unknown source makes the sum unknown."""
-    chosen = [source for source in sources if in_scope(source.domain, scope)]
+    """Add the sources inside `scope`; one unknown source makes the sum unknown. (One pass:
+    the accountant sums every window twice, to its end and with its tail.)"""
+    domains = _SCOPE_DOMAINS[scope]
+    chosen = [source for source in sources if source.domain in domains]
     if not chosen:
         return ScopeSum(None, None, None, "no-device", False)
     method = weakest_method([source.method for source in chosen])
     low_resolution = any(source.low_resolution for source in chosen)
-    failed = next((source for source in chosen if source.energy_j is None), None)
-    if failed is not None:
-        return ScopeSum(method, None, None, failed.null_reason, low_resolution)
-    energy_j = sum(source.energy_j for source in chosen if source.energy_j is not None)
-    nets = [source.net_energy_j for source in chosen]
-    net_j = None if None in nets else sum(net for net in nets if net is not None)
-    tails = [source.tail_j for source in chosen]
-    tail_j = None if None in tails else sum(tail for tail in tails if tail is not None)
-    prefills = [source.prefill_j for source in chosen]
-    prefill_j = None if None in prefills else sum(p for p in prefills if p is not None)
+    energy_j = 0.0
+    net_j: float | None = 0.0
+    tail_j: float | None = 0.0
+    prefill_j: float | None = 0.0
+    for source in chosen:
+        if source.energy_j is None:
+            return ScopeSum(method, None, None, source.null_reason, low_resolution)
+        energy_j += source.energy_j
+        net_j = _plus(net_j, source.net_energy_j)
+        tail_j = _plus(tail_j, source.tail_j)
+        prefill_j = _plus(prefill_j, source.prefill_j)
     return ScopeSum(method, energy_j, net_j, None, low_resolution, tail_j, prefill_j)
+
+
+def _plus(total: float | None, part: float | None) -> float | None:
+    """A sum that one unknown part makes unknown."""
+    return None if total is None or part is None else total + part

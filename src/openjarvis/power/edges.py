@@ -29,7 +29,8 @@ __all__ = [
 
 class WorkStep(Protocol):
     """One engine step a window's sequence took part in, as a batching engine's step ledger
-    holds it (runtime's `WorkPiece` has this shape; power imports nothing from runtime)."""
+    holds it (runtime's `WorkPiece` has this shape; power imports nothing from runtime). Steps
+    that compare equal have equal claims (a dataclass of these fields)."""
 
     @property
     def start_s(self) -> float: ...
@@ -89,8 +90,8 @@ class Knot:
     energy_j: float
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
+@dataclass(slots=True)  # not frozen: the accountant makes one per window and interval, and
+class Span:  # a frozen dataclass's __init__ takes three times as long
     """A window's time; `split_s` (the first token) divides prefill from decode; `work` holds
     the engine steps its sequence took part in, in time order. `reported`: the engine's ledger
     follows this window, so no steps means it did no work (it waited); otherwise empty `work`
@@ -117,6 +118,10 @@ class Share:
     tail_j: float = 0.0
     before_split_j: float = 0.0  # gross, window start to split
     shared: bool = False  # another window was in an interval that was split by work
+
+    def copy(self) -> "Share":
+        """A copy of the share so far (copy.copy takes several times as long)."""
+        return Share(self.energy_j, self.net_j, self.tail_j, self.before_split_j, self.shared)
 
 
 def _overlap_s(start_s: float, end_s: float, low_s: float, high_s: float) -> float:
@@ -151,7 +156,7 @@ def attribute(
         energy_j = last.energy_j - first.energy_j
         low_s, high_s = first.time_s, last.time_s
         owns = [_overlap_s(s.start_s, s.end_s, low_s, high_s) for s in spans]
-        work_s = [_work_claim_s(span, span.end_s, low_s, high_s) for span in spans]
+        work_s = _work_claims_s(spans, owns, low_s, high_s)
         if sum(work_s) > 0:
             _split_by_work(shares, spans, low_s, high_s, energy_j, idle_power_w, owns, work_s)
             continue
@@ -190,19 +195,34 @@ def before_split_fraction(span: Span, split_s: float, low_s: float, high_s: floa
     return _overlap_s(span.start_s, split_s, low_s, high_s) / own_s if own_s > 0 else 0.0
 
 
-def _work_claim_s(span: Span, until_s: float, low_s: float, high_s: float) -> float:
+def _work_claims_s(
+    spans: Sequence[Span], owns: list[float], low_s: float, high_s: float
+) -> list[float]:
+    """Each span's `_work_claim_s` on the interval, those that cover more of it first (the
+    longest runs of steps are summed first, and the others are found in them)."""
+    runs = _Runs()
+    claims_s = [0.0] * len(spans)
+    for i in sorted(range(len(spans)), key=owns.__getitem__, reverse=True):
+        claims_s[i] = _work_claim_s(spans[i], spans[i].end_s, low_s, high_s, runs)
+    return claims_s
+
+
+def _work_claim_s(
+    span: Span, until_s: float, low_s: float, high_s: float, runs: "_Runs | None" = None
+) -> float:
     """A span's claim on an interval: its share of each step, times the step's time inside the
     interval (and inside the span, up to `until_s`). The steps are in time order: those in the
-    interval are summed by their whole claims (at C speed: this is the accountant's hottest
-    path, every step of every window in each interval), less the parts outside of those that
-    an edge cuts."""
+    interval are summed by their whole claims (this is the accountant's hottest path, every
+    step of every window in each interval; `runs` sums each run of steps once for the spans of
+    one interval), less the parts outside of those that an edge cuts."""
     low_s, high_s = max(low_s, span.start_s), min(high_s, span.end_s, until_s)
     work = span.work
     first = bisect.bisect_right(work, low_s, key=_end_s)  # the first step ending after low_s
-    last = bisect.bisect_left(work, high_s, key=_start_s)  # the first starting at high_s or later
+    # The first starting at high_s or later (none before `first`, or the interval is empty).
+    last = bisect.bisect_left(work, high_s, lo=first, key=_start_s)
     if first >= last:
         return 0.0
-    claim_s = sum(map(_claim_s, work[first:last]))
+    claim_s = (_Runs() if runs is None else runs).claim_s(work[first:last])
     # Steps are one engine's, one after another: a window's several sequences share a step's
     # time or none of it, so the steps cut by an edge are the first (or last) few alike.
     index = first
@@ -216,21 +236,41 @@ def _work_claim_s(span: Span, until_s: float, low_s: float, high_s: float) -> fl
     return max(claim_s, 0.0)
 
 
-def _end_s(piece: WorkStep) -> float:
-    return piece.end_s
+class _Runs:
+    """The whole claims of the runs of steps that spans have in one interval, summed once. The
+    sequences of a batch take part in the same steps, so a window's run in an interval is most
+    often a part of the longest one: found in it by its first step and compared item by item
+    (at C speed: the same objects, or steps equal in every field, whose claims are then equal
+    too), it is summed from the claims taken for the longest run. Give it the longest first."""
+
+    def __init__(self) -> None:
+        self._steps: Sequence[WorkStep] = ()  # the longest run so far
+        self._claims_s: list[float] = []  # the whole claim of each of its steps
+        self._at: dict[int, int] | None = None  # a step's id: its place (made once looked in)
+
+    def claim_s(self, steps: Sequence[WorkStep]) -> float:
+        """The sum of the whole claims of `steps` (a run of one span's steps, in time order)."""
+        if self._at is None:
+            self._at = {id(step): place for place, step in enumerate(self._steps)}
+        at = self._at.get(id(steps[0]))
+        if at is not None and self._steps[at : at + len(steps)] == steps:
+            return sum(self._claims_s[at : at + len(steps)])
+        # A comprehension reads the fields faster than map(attrgetter) (Python 3.11).
+        claims_s = [step.claim_s for step in steps]
+        if len(steps) > len(self._steps):
+            self._steps, self._claims_s, self._at = steps, claims_s, None
+        return sum(claims_s)
 
 
-def _start_s(piece: WorkStep) -> float:
-    return piece.start_s
-
-
-_claim_s = operator.attrgetter("claim_s")
+# Keys read at C speed (bisect calls its key at every probe).
+_start_s = operator.attrgetter("start_s")
+_end_s = operator.attrgetter("end_s")
 
 
 def _union_s(spans: Sequence[Span], low_s: float, high_s: float) -> float:
     """Time inside [low_s, high_s] covered by at least one span."""
     covered_s, reached_s = 0.0, low_s
-    for span in sorted(spans, key=lambda s: s.start_s):
+    for span in sorted(spans, key=_start_s):
         start_s, end_s = max(span.start_s, reached_s), min(span.end_s, high_s)
         if end_s > start_s:
             covered_s += end_s - start_s
