@@ -32,15 +32,19 @@ __all__ = ["main"]
 UUID = "GPU-aaaa1111-0000-0000-0000-000000000000"
 
 
-def accounting_share(in_flight: int, seconds: float, step_s: float, tokens: int) -> float:
-    """The accountant's CPU seconds per simulated second with `in_flight` requests."""
+def accounting_share(
+    in_flight: int, seconds: float, step_s: float, tokens: int, estimate_cpu: bool = False
+) -> float:
+    """The accountant's CPU seconds per simulated second with `in_flight` requests; with
+    `estimate_cpu`, the CPU estimate beside the GPU's counter (read at every window's edge,
+    as on a machine without a readable RAPL counter)."""
     patch = pytest.MonkeyPatch()
     try:
         clock = FakeClock()
         fake = install_fake_nvml(patch, [FakeGpu(UUID)])
         SteppingCounter(clock, fake.gpus[0], lambda t: 300.0, phase_s=0.037, step_s=step_s)
         meter = Meter.discover(
-            "accelerator", "/nonexistent", estimate_cpu=False, clock=clock, sleep=clock.sleep
+            "accelerator", "/nonexistent", estimate_cpu=estimate_cpu, clock=clock, sleep=clock.sleep
         )
         due_s = clock.now_s
 
@@ -92,10 +96,15 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=3.0, help="one decode step")
     parser.add_argument("--tokens", type=int, default=256, help="steps per request")
     parser.add_argument("--in-flight", default="1,8,32,64")
+    parser.add_argument(
+        "--estimate-cpu", action="store_true", help="the CPU estimate too (no RAPL, as a VM)"
+    )
     args = parser.parse_args()
     print("in flight | accounting, % of a core")
     for in_flight in (int(n) for n in args.in_flight.split(",")):
-        share = accounting_share(in_flight, args.seconds, args.step_ms / 1e3, args.tokens)
+        share = accounting_share(
+            in_flight, args.seconds, args.step_ms / 1e3, args.tokens, args.estimate_cpu
+        )
         print(f"{in_flight:9d} | {100 * share:.2f}")
 
 

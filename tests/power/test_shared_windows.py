@@ -235,6 +235,8 @@ def test_a_request_is_published_a_refresh_after_its_end_while_its_neighbour_runs
     assert published_s is not None
     assert published_s - short.end_s <= 0.1 + 2 * STEP_S
     assert short.energy.shared and short.energy.mean_batch == pytest.approx(2.0)
+    # Its neighbour owned the time after its end: settled as it was published, tail 0 J.
+    assert short.settled() is short.energy and short.energy.tail_energy_j == 0
     # Both had half of every shared step: the short one's energy is half of those steps'.
     assert short.result.net_energy_j == pytest.approx(0.5 * TOKEN_W * 2 * 0.3, rel=0.05)
 

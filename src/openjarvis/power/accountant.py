@@ -60,8 +60,11 @@ class Accountant:
             cursor = knots[0]
         idle_w = self._idle_of(track.source.name)
         pad_s = track.refresh.uncertainty_s if track.refresh is not None else 0.0
+        last = knots[-1]
         for knot in knots[1:]:
             low_s, high_s = cursor.time_s, knot.time_s
+            if knot is not last and self._merges(low_s, high_s, faults):
+                continue  # the interval goes on past this knot
             inside = [
                 w
                 for w in self.pending
@@ -96,6 +99,25 @@ class Accountant:
                     account.at_end = account.share.copy()
             cursor = knot
         self.cursors[index] = cursor
+
+    def _merges(self, low_s: float, time_s: float, faults: Sequence[tuple[float, str]]) -> bool:
+        """Whether the interval from `low_s` goes on past a knot at `time_s` rather than end
+        there: a counter read at every window's edge (always current) places a knot at each,
+        and with many windows at once splitting each short interval among all of them costs
+        the meter what its requests cost it squared. While more than one window is open the
+        split is by their work (or time) whatever the knots, so such an interval is split once
+        it is as long as the coarsest refresh in scope; a knot where at most one window is
+        open (one after another: exact edges), or a fault, always ends it."""
+        if time_s - low_s >= self.resolution_s or any(low_s <= t <= time_s for t, _ in faults):
+            return False
+        open_windows = 0
+        for window in self.pending:
+            end_s = window.end_s
+            if window.start_s <= time_s and (end_s is None or end_s > time_s):
+                open_windows += 1
+                if open_windows > 1:
+                    return True
+        return False
 
     def _gap_owner(self, low_s: float) -> WindowHandle | None:
         """The window whose tail an interval from `low_s` would be: the one that closed last at
@@ -136,6 +158,12 @@ class Accountant:
         if published:
             if not self._decided(window, end_s, now_s):
                 return False
+            if window.tail_end_s == end_s and _nothing_after_end(window):
+                # Another window owned the time after its end (a batch): settled with its
+                # publication, its tail known to be 0 J, so the figures to its end are final.
+                window.energy = window.final = self._window_energy(window, final=True)
+                window.resolved.set()
+                return True
             window.energy = self._window_energy(window, final=False)
         tail_end_s = window.tail_end_s
         settled = tail_end_s is not None and self._decided(window, tail_end_s, now_s)
@@ -253,6 +281,14 @@ class Accountant:
             prefill_j=prefill_j,
             shared=share.shared,
         )
+
+
+def _nothing_after_end(window: WindowHandle) -> bool:
+    """No source split any energy to the window after its end (no tail, no later interval)."""
+    return all(
+        account.share.tail_j == 0 and (account.at_end is None or account.at_end == account.share)
+        for account in window.accounts
+    )
 
 
 def _add_share(total: Share, part: Share) -> None:

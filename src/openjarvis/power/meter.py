@@ -345,9 +345,12 @@ class Meter:
         """Someone will want the energy up to `time_s`: read the counters right after their
         next refresh (the sampler is woken), or, with no sampler, split what is there now;
         nothing when every counter's read that covers it is planned already."""
-        wake = [track.hurry(time_s) for track in self._tracks]  # every track, not the first
-        if wake and not any(wake):
-            return  # nothing new before the reads already planned: the pass then splits it
+        moved = [track.hurry(time_s) for track in self._tracks]  # every track, not the first
+        if not any(moved) and not all(track.covers(time_s) for track in self._tracks):
+            # Nothing new before the reads already planned: the pass then splits it (a source
+            # read at every edge has its knot already, and alone wakes nobody: with many
+            # windows at once that was a pass for every request's end).
+            return
         if self.running:
             self._wake.set()
         else:

@@ -239,14 +239,14 @@ class Track:
     def hurry(self, time_s: float) -> bool:
         """Someone waits for this source's energy up to `time_s`: a stepping counter is read
         right after its first refresh at or after it, instead of at its cheaper planned time.
-        Returns whether the sampler must be woken: its next read of this source moved earlier,
-        or the energy is there already (a pass can publish it). Windows that end within one
-        refresh of each other wake it once, not once each."""
+        Returns whether its next read moved earlier (the sampler must be woken for it); not
+        when the energy is there already, or for a source read at every window's edge. Windows
+        that end within one refresh of each other move it once, not once each."""
         if self.refresh is None:
-            return True
+            return False  # read at the edge itself: its knot is there
         with self._lock:
             if self._knots and self._knots[-1].time_s >= time_s:
-                return True
+                return False
             self.refresh.wanted_s = time_s
             due_s = self.refresh.next_read_s(self._last_time_s)
             if due_s >= self.next_due_s:

@@ -1,0 +1,96 @@
+"""A source read at every window's edge (always current: RAPL, the CPU estimate) beside a
+stepping counter: many windows at once cost the meter a pass per counter refresh, not one
+per request, and its intervals are split once per refresh while windows overlap."""
+
+from typing import NamedTuple
+
+import pytest
+
+from openjarvis.power import accountant
+from openjarvis.power.accountant import Accountant
+from openjarvis.power.meter import Meter
+from tests.fakes.clock import FakeClock
+from tests.fakes.nvml import FakeGpu, SteppingCounter, install_fake_nvml
+from tests.power.test_meter import by_name, spend
+
+UUID = "GPU-aaaa1111-0000-0000-0000-000000000000"
+
+
+class CpuTimes(NamedTuple):
+    user: float
+    idle: float
+
+
+def gpu_and_estimate(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Meter:
+    """The GPU's counter, and the CPU estimate with the CPUs half busy on the fake clock."""
+    fake = install_fake_nvml(monkeypatch, [FakeGpu(UUID)])
+    busy = lambda: CpuTimes(0.5 * clock.now_s, 0.5 * clock.now_s)  # noqa: E731
+    monkeypatch.setattr("openjarvis.power.estimate.psutil.cpu_times", busy)
+    SteppingCounter(clock, fake.gpus[0], lambda t: 300.0, phase_s=0.037)
+    meter = Meter.discover("accelerator", "/nonexistent", clock=clock, sleep=clock.sleep)
+    assert [s.name for s in meter.sources][1:] == ["estimate:cpu"]  # no RAPL here
+    spend(meter, clock, 0.5)
+    return meter
+
+
+def staggered(meter: Meter, clock: FakeClock, count: int) -> list:
+    """`count` windows opened 5 ms apart, each 50 ms long; the sampler's thread reads each
+    source when it is due (the delay its last pass returned), as it does in a server."""
+    contexts = [meter.window(f"request-{i}") for i in range(count)]
+    handles = []
+    due_s = clock.now_s
+    for step in range(count + 10):
+        if step < count:
+            handles.append(contexts[step].__enter__())
+        if step >= 10:
+            contexts[step - 10].__exit__(None, None, None)
+        end_s = clock.now_s + 0.005
+        while clock.now_s < end_s - 1e-12:
+            if clock.now_s >= due_s:
+                due_s = clock.now_s + max(meter.poll(), 1e-4)
+            clock.advance(min(due_s, end_s) - clock.now_s)
+    spend(meter, clock, 0.3)
+    return [handle.result for handle in handles]
+
+
+def test_windows_ending_within_one_refresh_wake_one_pass_not_one_each(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    meter = gpu_and_estimate(monkeypatch, clock)
+    passes = []
+    account = meter._account
+    monkeypatch.setattr(meter, "_account", lambda: (passes.append(clock.now_s), account())[1])
+    contexts = [meter.window(f"request-{i}") for i in range(8)]
+    for context in contexts:
+        context.__enter__()
+    clock.advance(0.05)
+    for context in contexts:  # all end inside one refresh of the GPU's counter
+        context.__exit__(None, None, None)
+        clock.advance(0.001)
+    # The first end moves the counter's next read earlier; the others wait for that read
+    # (the estimate, read at each edge, has its knot and needs no pass of its own).
+    assert len(passes) <= 1
+
+
+def test_short_intervals_of_an_edge_read_source_split_once_a_refresh_and_still_add_up(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    calls: list[int] = []
+    split = accountant.attribute
+    monkeypatch.setattr(accountant, "attribute", lambda *a: (calls.append(1), split(*a))[1])
+    merged = staggered(gpu_and_estimate(monkeypatch, clock), clock, 20)
+    merged_calls = len(calls)
+    calls.clear()
+    monkeypatch.setattr(Accountant, "_merges", lambda self, low_s, time_s, faults: False)
+    each = staggered(gpu_and_estimate(monkeypatch, clock), clock, 20)
+    # 40 edges in 0.15 s: an interval at each without merging, a few with it.
+    assert len(calls) >= 40 and merged_calls <= len(calls) // 3
+    for results in (merged, each):
+        assert all(r.energy_j is not None for r in results)
+    # A steady draw split by time is the same for each window, whichever knots end the
+    # intervals (merging moves energy between overlapping windows only by their work).
+    estimate = [[by_name(r.sources, "estimate:cpu").energy_j for r in rs] for rs in (merged, each)]
+    assert estimate[0] == pytest.approx(estimate[1], rel=1e-6)
+    assert sum(estimate[0]) > 0
+    gpu = [[by_name(r.sources, f"nvml:{UUID}").energy_j for r in rs] for rs in (merged, each)]
+    assert gpu[0] == pytest.approx(gpu[1], rel=1e-9)  # its knots are a refresh apart anyway
