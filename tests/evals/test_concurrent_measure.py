@@ -5,6 +5,7 @@ finished. Faked at the edges only: a batching engine with scripted replies (its 
 board's power) and NVML (its counter refreshes every 100 ms, as on an H200)."""
 
 import _thread
+import gc
 import io
 import math
 import os
@@ -447,3 +448,21 @@ def test_ctrl_c_while_tasks_generate_waits_for_them_and_marks_the_run_interrupte
         saved = store.task_results(stopped.value.run_id)
     assert run.state == "interrupted"
     assert stopped.value.tasks_saved == len(saved) < 20
+
+
+def test_the_start_up_heap_is_left_out_of_collections_while_tasks_run(
+    engine: BatchingEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full collection walks every object and stops every thread while it does: what start-up
+    built is frozen while the tasks run (runtime/heap.py), and given back after the run."""
+    frozen: list[int] = []
+    generate = engine.generate
+
+    def counting(request: Request) -> Completion:
+        frozen.append(gc.get_freeze_count())
+        return generate(request)
+
+    monkeypatch.setattr(engine, "generate", counting)
+    measure(tmp_path, limit=2, concurrency=2)
+    assert len(frozen) == 2 and min(frozen) > 0
+    assert gc.get_freeze_count() == 0

@@ -38,6 +38,7 @@ from openjarvis.power.edges import mean_batch
 from openjarvis.power.types import IdleBaseline, Scope, SourceEnergy, WindowEnergy
 from openjarvis.records import EnergyRecord, PowerSampleRecord, RunRecord, TaskResultRecord
 from openjarvis.runtime.engines import open_engine
+from openjarvis.runtime.heap import frozen_heap
 from openjarvis.runtime.model_kind import read_model_kind
 from openjarvis.runtime.parameters import model_parameters
 from openjarvis.runtime.types import Completion, Engine
@@ -231,6 +232,7 @@ def _measure_tasks(
     executed: tuple[MeasureResult, dict[str, object]] | None = None
     try:
         with (
+            frozen_heap(),  # what start-up built lives as long as the run: no collection walks it
             judging(judge, tasks, meter, store, run) as judged_tasks,
             run_energy.watching_machine("tasks", meter) as tasks_watch,
         ):

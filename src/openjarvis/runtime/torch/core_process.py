@@ -30,6 +30,7 @@ import torch
 import torch.multiprocessing as multiprocessing
 
 from openjarvis.errors import UserError
+from openjarvis.runtime.heap import frozen_heap
 from openjarvis.runtime.torch.core import CoreInfo, EngineCore
 from openjarvis.runtime.torch.loop import StepCounts, switch_interval
 from openjarvis.runtime.torch.runner import Spec
@@ -358,6 +359,12 @@ def _serve_core(spec: Spec, conn: Connection) -> None:
         return
     conn.send(("ready", core.info))
     wire.start()
+    with frozen_heap():  # what start-up built lives as long as the process
+        _serve_messages(core, wire, conn)
+
+
+def _serve_messages(core: EngineCore, wire: _Wire, conn: Connection) -> None:
+    """Take messages until close or the other side's end."""
     left = False
     try:
         while True:

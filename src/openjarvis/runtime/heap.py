@@ -1,0 +1,27 @@
+"""The start-up heap, out of the garbage collector's way while a process serves.
+
+By the time `jarvis serve`, `ipw measure`'s task phase or the torch engine's core starts its
+work, start-up has built a large heap: torch's modules, the tokenizer's tables, compiled
+graphs. CPython's full collection walks every object it tracks, and on the H200 one stopped
+every thread of the server for 87-207 ms in the middle of a 64-client load (docs/benchmarks.md),
+which is what a reply's energy then waited for. The objects alive when the work starts live
+about as long as it does: `gc.freeze()` moves them where no collection walks (vLLM's API server
+does the same after its start-up; SGLang around its graph capture). Objects made afterwards
+are collected as before, and everything is given back to the collector when the work ends.
+"""
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["frozen_heap"]
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Leave every object alive now out of the collector's passes until the block ends."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
