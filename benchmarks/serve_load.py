@@ -4,14 +4,16 @@ server (HTTP, SSE), each client sending its next request as soon as the last one
 Per level: tokens/s over the level, latency p50/p99 (send to [DONE]) against one client's, what
 the energy adds to a reply (its last text event to the event carrying its energy, p50/p99, and
 the [DONE] after the last token), the sum of the replies' energies against the counters read
-directly over the level (gross, and net of the server's idle baseline), and the CPU the meter's
-accountant spent. `--mixed`: a short request sent beside a long stream.
+directly over the level (gross, and net of the server's idle baseline), the CPU the meter's
+accountant spent, and the server process's garbage collections (each stops all its threads).
+`--mixed`: a short request sent beside a long stream.
 
 Run: .venv/bin/python benchmarks/serve_load.py [--engine torch] [--clients 1,8,32,64]
      [--seconds 20] [--max-tokens 256] [--idle-seconds 5] [--scope accelerator] [--mixed]
 """
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -61,6 +63,30 @@ class Level:
     counter_net_j: float | None = None
     accounting_cpu_s: float = 0.0
     steps: "StepCounts | None" = None  # the torch engine's steps over the level
+    # The server process's garbage collections over the level: (seconds, generation) each. A
+    # collection stops every thread of the server while it runs.
+    collections: list[tuple[float, int]] = field(default_factory=list)
+
+
+class Collections:
+    """Times each garbage collection of this process (the server's) while installed."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[float, int]] = []
+        self._started_s = 0.0
+
+    def __enter__(self) -> "Collections":
+        gc.callbacks.append(self._on)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._on)
+
+    def _on(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started_s = time.perf_counter()
+        else:
+            self.pauses.append((time.perf_counter() - self._started_s, info["generation"]))
 
 
 def stream_one(client: httpx.Client, model: str, prompt: str, max_tokens: int) -> Reply:
@@ -183,9 +209,11 @@ def run_level(
         command += ["--subprocesses"]  # the torch engine's core, in its own process on a GPU
         command += ["--format", "raw", "--output", str(profile), "--nonblocking"]
         spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for future in futures:
-        level.replies.extend(future.result())
+    with Collections() as collections:
+        for future in futures:
+            level.replies.extend(future.result())
     level.wall_s = time.monotonic() - start_s
+    level.collections = collections.pauses
     energy_after_j = counters_j(server)
     if spy is not None:
         spy.wait()
@@ -259,6 +287,19 @@ def report(levels: list[Level]) -> None:
             print(
                 f"{level.clients:7d} clients, the engine's steps: {steps_text(level.steps, level)}"
             )
+    for level in levels:
+        print(f"{level.clients:7d} clients, the server's collections: {collections_text(level)}")
+
+
+def collections_text(level: Level) -> str:
+    """The server's collections over the level: full ones (generation 2) and the others."""
+    full = [seconds for seconds, generation in level.collections if generation == 2]
+    young = [seconds for seconds, generation in level.collections if generation < 2]
+    return (
+        f"{len(full)} full (longest {1e3 * max(full, default=0.0):.1f} ms, "
+        f"{1e3 * sum(full):.0f} ms in all), {len(young)} young "
+        f"(longest {1e3 * max(young, default=0.0):.1f} ms, {1e3 * sum(young):.0f} ms in all)"
+    )
 
 
 def steps_text(steps: "StepCounts", level: Level) -> str:
