@@ -19,9 +19,13 @@ __all__ = ["frozen_heap"]
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Leave every object alive now out of the collector's passes until the block ends."""
+    """Leave every object alive now out of the collector's passes until the block ends. Inside
+    another such block (`gc.unfreeze` gives back everything at once), the outer one gives the
+    heap back."""
+    outermost = gc.get_freeze_count() == 0
     gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if outermost:
+            gc.unfreeze()
