@@ -1,13 +1,15 @@
 """What `ipw measure --concurrency N` costs beyond its generations: a stored run's task phase
 (the `tasks` stretch its busy-machine watch timed, from the first task's start to the last one
 scored) against the same tasks' requests through the same kind of engine, N at once, with no
-energy windows and no scoring (the issue's goal: the task phase at most 1.3x that).
+energy windows and no scoring (the issue's goal: the task phase at most 1.3x that); and the
+generations' own per-sequence decode rate, to tell the engine's pace from the harness's.
 
 Run: python3 benchmarks/measure_phase.py --db RUNS.db [--run RUN_ID]
      (the latest run in the database unless --run; its stored configuration opens the engine)
 """
 
 import argparse
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -48,10 +50,12 @@ def main() -> None:
     finally:
         engine.close()
     tokens = sum(c.completion_tokens for c in completions)
+    rates = [r for c in completions if (r := c.decode_tokens_per_s) is not None]
     print(
         f"run {run.id}: {len(tasks)} tasks at concurrency {run.concurrency}; task phase "
         f"{phase_s:.2f} s; the generations alone {alone_s:.2f} s ({tokens} tokens); "
-        f"ratio {phase_s / alone_s:.2f} (goal <= 1.3)"
+        f"ratio {phase_s / alone_s:.2f} (goal <= 1.3); per-sequence decode of the generations "
+        f"alone: median {statistics.median(rates):.1f} tok/s"
     )
 
 

@@ -175,19 +175,16 @@ def kernel_table(runner: object, inputs: object, steps: int) -> tuple[float, lis
 
 
 def gemm_bandwidth(config: object, batch: int, bandwidth: float) -> list[dict]:
-    """torch.mm at M = batch on each weight shape of a layer: achieved share of the copy
-    bandwidth, for the products as the model runs them and fused (QKV; gate with up)."""
+    """torch.mm at M = batch on each weight shape of a layer, as the model runs them (q, k and
+    v stacked in wqkv, gate and up in w13): achieved share of the copy bandwidth."""
     dim, hidden = config.dim, config.intermediate_size  # type: ignore[attr-defined]
     heads = config.n_heads * config.head_dim  # type: ignore[attr-defined]
     kv = config.n_kv_heads * config.head_dim  # type: ignore[attr-defined]
     shapes = {
-        "wq": (dim, heads),
-        "wk": (dim, kv),
+        "wqkv": (dim, heads + 2 * kv),
         "wo": (heads, dim),
-        "w1": (dim, hidden),
+        "w13": (dim, 2 * hidden),
         "w2": (hidden, dim),
-        "wqkv fused": (dim, heads + 2 * kv),
-        "w13 fused": (dim, 2 * hidden),
         "output": (dim, config.vocab_size),  # type: ignore[attr-defined]
     }
     rows = []

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from openjarvis.errors import UserError
 from openjarvis.runtime.gguf import GgufHeader, GgufTensor, read_gguf_header
-from openjarvis.runtime.torch.model import ModelConfig, Transformer
+from openjarvis.runtime.torch.model import ModelConfig, Transformer, checkpoint_parts
 
 __all__ = [
     "build_model",
@@ -431,18 +431,30 @@ def build_model(
     model = model.to_empty(device=device).to(dtype)
     model.init_buffers()
     parameters = dict(model.named_parameters(remove_duplicate=False))
+    # Each parameter's checkpoint tensors, with their full shapes (stacked ones are cut apart).
+    parts = {
+        name: [
+            (
+                part,
+                full_shapes[name] if rows is None else torch.Size((rows, *full_shapes[name][1:])),
+            )
+            for part, rows in checkpoint_parts(config, name)
+        ]
+        for name in parameters
+    }
     if state_dict is not None:
-        missing = set(parameters) - set(state_dict)
+        missing = {part for pieces in parts.values() for part, _ in pieces} - set(state_dict)
         if missing:
             raise UserError(f"the checkpoint lacks {sorted(missing)[:3]}...: wrong architecture?")
     random = _RandomWeights(config, seed, torch.device(device), dtype)
     with torch.no_grad():
         for name, parameter in parameters.items():
-            if state_dict is not None:
-                full = state_dict[name]
-            else:
-                full = random.draw(name, full_shapes[name])
-            parameter.copy_(cut(name, full))
+            # A stacked parameter is this process's cut of each part, one after another.
+            pieces = [
+                cut(part, state_dict[part] if state_dict is not None else random.draw(part, shape))
+                for part, shape in parts[name]
+            ]
+            parameter.copy_(pieces[0] if len(pieces) == 1 else torch.cat(pieces))
     return model.eval().requires_grad_(False)
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "RMSNorm",
     "Transformer",
     "TransformerBlock",
+    "checkpoint_parts",
     "config_for",
 ]
 
@@ -175,6 +176,21 @@ PRESETS: dict[str, ModelConfig] = {
 }  # fmt: skip
 
 
+def checkpoint_parts(config: ModelConfig, name: str) -> list[tuple[str, int | None]]:
+    """The checkpoint tensors a parameter is made of, in order, each with its rows in the
+    whole model: q, k and v are stacked in wqkv, gate and up in w13, so that one product reads
+    what three (or two) did (gpt-fast's wqkv; vLLM's merged gate-up). [(name, None)] for a
+    parameter that is one tensor."""
+    q_rows, kv_rows = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
+    if ".attention.wqkv." in name:
+        return [(name.replace(".wqkv.", part), rows) for part, rows in
+                ((".wq.", q_rows), (".wk.", kv_rows), (".wv.", kv_rows))]  # fmt: skip
+    if ".feed_forward.w13." in name:
+        rows = config.intermediate_size
+        return [(name.replace(".w13.", ".w1."), rows), (name.replace(".w13.", ".w3."), rows)]
+    return [(name, None)]
+
+
 def config_for(name: str) -> ModelConfig:
     try:
         return PRESETS[name]
@@ -308,9 +324,9 @@ class Attention(nn.Module):
         self.n_heads = config.n_heads
         self.n_kv_heads = config.n_kv_heads
         self.head_dim = config.head_dim
-        self.wq = nn.Linear(config.dim, config.n_heads * config.head_dim, bias=config.qkv_bias)
-        self.wk = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=config.qkv_bias)
-        self.wv = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=config.qkv_bias)
+        # q, k and v in one product: [heads + 2 * kv_heads] * head_dim output features.
+        qkv_features = (config.n_heads + 2 * config.n_kv_heads) * config.head_dim
+        self.wqkv = nn.Linear(config.dim, qkv_features, bias=config.qkv_bias)
         self.wo = nn.Linear(config.n_heads * config.head_dim, config.dim, bias=False)
         self.q_norm: nn.Module = nn.Identity()
         self.k_norm: nn.Module = nn.Identity()
@@ -332,9 +348,12 @@ class Attention(nn.Module):
         assert self.kv_cache is not None, "call setup_caches() first"
         batch, length, _ = x.shape  # [B, T, dim]
         heads, kv_heads, head_dim = self.n_heads, self.n_kv_heads, self.head_dim
-        q = self.wq(x).view(batch, length, heads, head_dim)
-        k = self.wk(x).view(batch, length, kv_heads, head_dim)
-        v = self.wv(x).view(batch, length, kv_heads, head_dim)
+        q, k, v = self.wqkv(x).split(
+            (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), -1
+        )
+        q = q.view(batch, length, heads, head_dim)
+        k = k.view(batch, length, kv_heads, head_dim)
+        v = v.view(batch, length, kv_heads, head_dim)
         q, k = self.q_norm(q), self.k_norm(k)
         q, k = _apply_rope(q, rope), _apply_rope(k, rope)
         self.kv_cache.write(layout.slots, k, v)
@@ -345,19 +364,20 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Gated MLP: w2(act(w1 x) * w3 x); SwiGLU (silu) or GeGLU (tanh-approximated gelu)."""
+    """Gated MLP: w2(act(w1 x) * w3 x), w1 and w3 stacked in w13; SwiGLU (silu) or GeGLU
+    (tanh-approximated gelu)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.w1 = nn.Linear(config.dim, config.intermediate_size, bias=False)  # gate
-        self.w3 = nn.Linear(config.dim, config.intermediate_size, bias=False)  # up
+        # gate and up in one product: [2 * intermediate] output features, gate first.
+        self.w13 = nn.Linear(config.dim, 2 * config.intermediate_size, bias=False)
         self.w2 = nn.Linear(config.intermediate_size, config.dim, bias=False)  # down
         self.activation = config.activation
 
     def forward(self, x: Tensor) -> Tensor:
-        gate = self.w1(x)  # [B, T, intermediate]
+        gate, up = self.w13(x).chunk(2, dim=-1)  # [B, T, intermediate] each
         gate = F.silu(gate) if self.activation == "silu" else F.gelu(gate, approximate="tanh")
-        return self.w2(gate * self.w3(x))  # row-parallel under tensor parallelism
+        return self.w2(gate * up)  # row-parallel under tensor parallelism
 
 
 class RMSNorm(nn.Module):

@@ -30,8 +30,9 @@ Reduce = Callable[[Tensor], Tensor]
 # -> [N]; chosen per (N, K) at start-up, or None for the GEMV followed by the all-reduce.
 DecodeGemv = Callable[[Tensor, Tensor], Tensor]
 
-# Column-parallel (output features split): q, k, v, gate, up. Row-parallel (input features
-# split, partial sums all-reduced): attention-out, down.
+# Column-parallel (output features split): q, k, v, gate, up (checkpoint names: each is cut
+# on its own, and a process's stacked wqkv or w13 holds its cuts one after another).
+# Row-parallel (input features split, partial sums all-reduced): attention-out, down.
 _COLUMN = (
     "attention.wq.",
     "attention.wk.",
@@ -114,9 +115,8 @@ def tensor_parallel(
             attention, mlp = layer.attention, layer.feed_forward
             attention.n_heads //= world_size
             attention.n_kv_heads //= world_size
-            for name in ("wq", "wk", "wv", "w1", "w3"):
-                module = attention if hasattr(attention, name) else mlp
-                setattr(module, name, _resized(getattr(module, name), out_parts=world_size))
+            attention.wqkv = _resized(attention.wqkv, out_parts=world_size)
+            mlp.w13 = _resized(mlp.w13, out_parts=world_size)
             attention.wo = _row_parallel(attention.wo, world_size, all_reduce, decode_gemv)
             mlp.w2 = _row_parallel(mlp.w2, world_size, all_reduce, decode_gemv)
         # The output head is the largest single matrix a decode step reads: split it by
