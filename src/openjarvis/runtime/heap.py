@@ -8,24 +8,37 @@ which is what a reply's energy then waited for. The objects alive when the work 
 about as long as it does: `gc.freeze()` moves them where no collection walks (vLLM's API server
 does the same after its start-up; SGLang around its graph capture). Objects made afterwards
 are collected as before, and everything is given back to the collector when the work ends.
+
+While the work goes on, the young generation is also collected less often: CPython collects it
+once 700 more objects are tracked than freed, and under a 64-client load a request's objects
+(its stream's chunks, its queue items) live long enough to be walked by several collections
+before they die: 725 young collections, 936 ms in all, in a 15-second load on the H200. A
+collection every `YOUNG_THRESHOLD` objects walks at most that many (a few milliseconds), and
+fewer of a request's objects are still alive when it comes.
 """
 
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["frozen_heap"]
+__all__ = ["YOUNG_THRESHOLD", "frozen_heap"]
+
+YOUNG_THRESHOLD = 20_000
 
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Leave every object alive now out of the collector's passes until the block ends. Inside
-    another such block (`gc.unfreeze` gives back everything at once), the outer one gives the
-    heap back."""
+    """Leave every object alive now out of the collector's passes until the block ends, and
+    collect the young generation less often meanwhile. Inside another such block
+    (`gc.unfreeze` gives back everything at once), the outer one gives the heap back."""
     outermost = gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
     gc.freeze()
+    if outermost:
+        gc.set_threshold(max(thresholds[0], YOUNG_THRESHOLD), *thresholds[1:])
     try:
         yield
     finally:
         if outermost:
+            gc.set_threshold(*thresholds)
             gc.unfreeze()
