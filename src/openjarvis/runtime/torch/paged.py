@@ -68,9 +68,15 @@ def _write_kv(k_cache: Tensor, v_cache: Tensor, slots: Tensor, k: Tensor, v: Ten
     the compiled step, one sequence decoded at 50.5 instead of 139.9 tok/s on the H200
     (docs/benchmarks.md), as if the whole cache were copied every step."""
     flat = slots.reshape(-1)
-    heads, head_dim = k.shape[-2:]
-    k_cache.view(-1, heads, head_dim).index_copy_(0, flat, k.reshape(-1, heads, head_dim))
-    v_cache.view(-1, heads, head_dim).index_copy_(0, flat, v.reshape(-1, heads, head_dim))
+    width = k.shape[-2] * k.shape[-1]  # a token's keys (or values), all its heads
+    if k_cache.is_cuda:  # both in one launch (a Triton kernel)
+        from openjarvis.kernels.kv_write import write_kv
+
+        k_rows, v_rows = k.reshape(-1, width), v.reshape(-1, width)
+        write_kv(k_cache.view(-1, width), v_cache.view(-1, width), flat, k_rows, v_rows)
+        return
+    k_cache.view(-1, width).index_copy_(0, flat, k.reshape(-1, width))
+    v_cache.view(-1, width).index_copy_(0, flat, v.reshape(-1, width))
 
 
 @_write_kv.register_fake
