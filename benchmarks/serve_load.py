@@ -67,6 +67,10 @@ class Level:
     # The server process's garbage collections over the level: (seconds, generation) each. A
     # collection stops every thread of the server while it runs.
     collections: list[tuple[float, int]] = field(default_factory=list)
+    # The collector's settings as the level ended: the young generation's threshold and the
+    # objects frozen (runtime/heap.py sets both while the server serves).
+    young_threshold: int = 0
+    frozen: int = 0
 
 
 class Collections:
@@ -215,6 +219,7 @@ def run_level(
             level.replies.extend(future.result())
     level.wall_s = time.monotonic() - start_s
     level.collections = collections.pauses
+    level.young_threshold, level.frozen = gc.get_threshold()[0], gc.get_freeze_count()
     energy_after_j = counters_j(server)
     if spy is not None:
         spy.wait()
@@ -299,7 +304,8 @@ def collections_text(level: Level) -> str:
     return (
         f"{len(full)} full (longest {1e3 * max(full, default=0.0):.1f} ms, "
         f"{1e3 * sum(full):.0f} ms in all), {len(young)} young "
-        f"(longest {1e3 * max(young, default=0.0):.1f} ms, {1e3 * sum(young):.0f} ms in all)"
+        f"(longest {1e3 * max(young, default=0.0):.1f} ms, {1e3 * sum(young):.0f} ms in all); "
+        f"young threshold {level.young_threshold}, {level.frozen} objects frozen"
     )
 
 

@@ -23,3 +23,18 @@ def test_the_young_generation_is_collected_less_often_while_working_and_as_befor
             assert gc.get_threshold()[0] == max(before[0], YOUNG_THRESHOLD)
         assert gc.get_threshold()[0] == max(before[0], YOUNG_THRESHOLD)
     assert gc.get_threshold() == before
+
+
+def test_a_heap_a_library_froze_before_leaves_the_young_threshold_raised_and_stays_frozen() -> None:
+    """The block's own count says which block is the outermost, not the collector's freeze
+    count: torch or another library may have frozen objects before the server started."""
+    before = gc.get_threshold()
+    gc.freeze()  # as a library would at import
+    try:
+        frozen = gc.get_freeze_count()
+        with frozen_heap():
+            assert gc.get_threshold()[0] == max(before[0], YOUNG_THRESHOLD)
+        assert gc.get_threshold() == before
+        assert gc.get_freeze_count() >= frozen  # the library's objects are not given back
+    finally:
+        gc.unfreeze()

@@ -18,6 +18,7 @@ fewer of a request's objects are still alive when it comes.
 """
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,20 +26,32 @@ __all__ = ["YOUNG_THRESHOLD", "frozen_heap"]
 
 YOUNG_THRESHOLD = 20_000
 
+# The blocks open now (a count of our own: a library may have frozen objects before the first).
+_open = 0
+_lock = threading.Lock()
+
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
     """Leave every object alive now out of the collector's passes until the block ends, and
-    collect the young generation less often meanwhile. Inside another such block
-    (`gc.unfreeze` gives back everything at once), the outer one gives the heap back."""
-    outermost = gc.get_freeze_count() == 0
-    thresholds = gc.get_threshold()
+    collect the young generation less often meanwhile. Inside another such block, the outer
+    one gives the heap back (`gc.unfreeze` gives back everything at once); a heap that was
+    frozen before the outer block began (by a library) is left frozen."""
+    global _open
+    with _lock:
+        _open += 1
+        outermost = _open == 1
+        thresholds = gc.get_threshold()
+        frozen_before = gc.get_freeze_count() > 0
+        if outermost:
+            gc.set_threshold(max(thresholds[0], YOUNG_THRESHOLD), *thresholds[1:])
     gc.freeze()
-    if outermost:
-        gc.set_threshold(max(thresholds[0], YOUNG_THRESHOLD), *thresholds[1:])
     try:
         yield
     finally:
-        if outermost:
-            gc.set_threshold(*thresholds)
-            gc.unfreeze()
+        with _lock:
+            _open -= 1
+            if outermost:
+                gc.set_threshold(*thresholds)
+                if not frozen_before:
+                    gc.unfreeze()
