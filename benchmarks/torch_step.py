@@ -140,7 +140,8 @@ def time_replay(runner: object, inputs: object, steps: int, pick: bool) -> float
 
 
 def time_host(engine: object, batch: int, context: int, steps: int) -> dict[str, float]:
-    """Milliseconds of Python per step: the step's inputs, and recording its tokens."""
+    """Milliseconds of Python per step: the step's inputs (its rows and their tensors), and
+    recording its tokens."""
     from openjarvis.runtime.torch.paged import BlockPool
     from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
     from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
@@ -157,9 +158,9 @@ def time_host(engine: object, batch: int, context: int, steps: int) -> dict[str,
         sequence.cached = sequence.scheduled = context
     build = record = 0.0
     for _ in range(steps):
-        step = scheduler.next_step()
-        assert step is not None and step.kind == "decode" and len(step.rows) == batch
         start = time.perf_counter()
+        step = scheduler.next_step()  # the step's rows, then its tensors
+        assert step is not None and step.kind == "decode" and len(step.rows) == batch
         StepInputs.of(step, BLOCK_SIZE)
         built = time.perf_counter()
         scheduler.finish_step(step, [7] * batch, start, built)

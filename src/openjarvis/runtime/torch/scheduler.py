@@ -88,8 +88,8 @@ class Sequence:
         return len(self.prompt) - self.scheduled
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+@dataclass(slots=True)  # not frozen: a step makes one per sequence, and a frozen dataclass's
+class Row:  # __init__ takes three times as long
     """One sequence's part of a step: `tokens` at positions start.. of its sequence."""
 
     sequence: Sequence
