@@ -88,16 +88,22 @@ class StepInputs:
         rows = step.rows
         length = max(len(row.tokens) for row in rows)
         width = max(len(row.sequence.blocks) for row in rows)
-        positions = [
-            [-1] * (length - len(row.tokens)) + list(range(row.start, row.start + len(row.tokens)))
-            for row in rows
-        ]
         tables = torch.stack([_table(row.sequence) for row in rows])[:, :width]
-        where = torch.tensor(positions, dtype=torch.long)
-        padding = where < 0
-        where = where.clamp(min=0)
-        slots = tables.long().gather(1, where // block_size) * block_size + where % block_size
-        slots[padding] = SCRATCH_BLOCK * block_size
+        if length == 1:  # a decode step: one position a row (plain lists: no per-row tensors)
+            positions = [[row.start] for row in rows]
+            slot_rows = [[_slot(row.sequence.blocks, row.start, block_size)] for row in rows]
+        else:  # left-padded: a padding position is -1, its slot in the scratch block
+            positions = [
+                [-1] * (length - len(row.tokens))
+                + list(range(row.start, row.start + len(row.tokens)))
+                for row in rows
+            ]
+            slot_rows = [
+                [_slot(row.sequence.blocks, position, block_size) for position in places]
+                for row, places in zip(rows, positions, strict=True)
+            ]
+        where = torch.tensor(positions, dtype=torch.long).clamp_(min=0)
+        slots = torch.tensor(slot_rows, dtype=torch.long)
         last_only = not any(row.sequence.all_logits for row in rows)
         if tokens is None:  # left-padded with 0 (padding sits in the scratch block)
             padded = [[0] * (length - len(row.tokens)) + row.tokens for row in rows]
@@ -469,6 +475,16 @@ def _captured(
         logits = step(*arguments)
     torch.cuda.synchronize()
     return graph, logits
+
+
+def _slot(blocks: list[int], position: int, block_size: int) -> int:
+    """Where a position's key and value go in the cache: its block's slot; the scratch
+    block's first for a padding position (-1), and for a stale row's (a sequence that finished
+    in the step before has given its blocks back: its row's output is ignored)."""
+    block = position // block_size
+    if position < 0 or block >= len(blocks):
+        return SCRATCH_BLOCK * block_size
+    return blocks[block] * block_size + position % block_size
 
 
 def _table(sequence: Sequence) -> Tensor:
