@@ -1,7 +1,7 @@
 """A step's keys and values into the paged cache in one launch: one program per token copies its
 row of keys and its row of values to the token's slot. Two index copies did it before, one
-launch each per layer (36 of a decode step's ~330 launches on Gemma 3 270M, each far shorter
-than the launch itself on an H200).
+launch each per layer (36 of a decode step's ~330 launches on Gemma 3 270M, 1.6 us each at one
+token on an H200; the kernel's 18 took 1.1 us each).
 """
 
 import triton

@@ -10,11 +10,10 @@ does the same after its start-up; SGLang around its graph capture). Objects made
 are collected as before, and everything is given back to the collector when the work ends.
 
 While the work goes on, the young generation is also collected less often: CPython collects it
-once 700 more objects are tracked than freed, and under a 64-client load a request's objects
-(its stream's chunks, its queue items) live long enough to be walked by several collections
-before they die: 725 young collections, 936 ms in all, in a 15-second load on the H200. A
-collection every `YOUNG_THRESHOLD` objects walks at most that many (a few milliseconds), and
-fewer of a request's objects are still alive when it comes.
+once 700 more objects are tracked than freed, and with the heap frozen a 64-client load on the
+H200 still ran 725 young collections, 936 ms in all, in a 15-second level. A collection every
+`YOUNG_THRESHOLD` objects walks at most that many; whether fewer collections then cost the
+server less in all is not measured yet (benchmarks/serve_load.py prints what each level ran).
 """
 
 import gc
@@ -41,9 +40,9 @@ def frozen_heap() -> Iterator[None]:
     with _lock:
         _open += 1
         outermost = _open == 1
-        thresholds = gc.get_threshold()
-        frozen_before = gc.get_freeze_count() > 0
-        if outermost:
+        if outermost:  # what the outermost block gives back at its end
+            thresholds = gc.get_threshold()
+            frozen_before = gc.get_freeze_count() > 0
             gc.set_threshold(max(thresholds[0], YOUNG_THRESHOLD), *thresholds[1:])
     gc.freeze()
     try:

@@ -183,8 +183,8 @@ def checkpoint_parts(config: ModelConfig, name: str) -> list[tuple[str, int | No
     parameter that is one tensor."""
     q_rows, kv_rows = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
     if ".attention.wqkv." in name:
-        return [(name.replace(".wqkv.", part), rows) for part, rows in
-                ((".wq.", q_rows), (".wk.", kv_rows), (".wv.", kv_rows))]  # fmt: skip
+        parts = ((".wq.", q_rows), (".wk.", kv_rows), (".wv.", kv_rows))
+        return [(name.replace(".wqkv.", part), rows) for part, rows in parts]
     if ".feed_forward.w13." in name:
         rows = config.intermediate_size
         return [(name.replace(".w13.", ".w1."), rows), (name.replace(".w13.", ".w3."), rows)]

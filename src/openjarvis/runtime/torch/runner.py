@@ -478,13 +478,13 @@ def _captured(
 
 
 def _slot(blocks: list[int], position: int, block_size: int) -> int:
-    """Where a position's key and value go in the cache: its block's slot; the scratch
-    block's first for a padding position (-1), and for a stale row's (a sequence that finished
-    in the step before has given its blocks back: its row's output is ignored)."""
-    block = position // block_size
-    if position < 0 or block >= len(blocks):
+    """Where a position's key and value go in the cache: its block's slot, or the scratch
+    block's first for a padding position (-1). A step's rows are built while their sequences
+    still hold their blocks (a stale row's sequence finishes in the step before, which lands
+    after this one is launched)."""
+    if position < 0:
         return SCRATCH_BLOCK * block_size
-    return blocks[block] * block_size + position % block_size
+    return blocks[position // block_size] * block_size + position % block_size
 
 
 def _table(sequence: Sequence) -> Tensor:
