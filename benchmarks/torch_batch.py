@@ -117,6 +117,9 @@ def main() -> None:
         max_seq_len=args.prompt + args.tokens + 16,
         concurrency=max(batches),
         compile=not args.no_compile,
+        # torch_step.py's parts time the runner itself, which only an in-process core has:
+        # with --diagnose the table's steps run in this process too (said below).
+        engine_process=False if args.diagnose else None,
     )
     started = time.monotonic()
     engine = TorchEngine(args.preset, settings)
@@ -137,7 +140,11 @@ def main() -> None:
         results.append(row)
         print(json.dumps(row))
     one = results[0]
-    print(f"\n{args.preset}: load {load_s:.0f} s, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
+    where = "this process" if args.diagnose else "the engine's own process"
+    print(
+        f"\n{args.preset}: load {load_s:.0f} s, copy bandwidth {bandwidth / 1e12:.2f} TB/s, "
+        f"steps in {where}"
+    )
     print("batch  decode tok/s  roofline  share  J/token  W      tok/s ratio  J/token ratio")
     for row in results:
         print(

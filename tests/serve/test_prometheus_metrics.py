@@ -97,4 +97,12 @@ def test_the_energy_counter_grows_after_a_request(server: EnergyServer) -> None:
         == 1
     )
     assert after[("jarvis_time_to_first_token_seconds_count", model)] >= 1
+    # The reply's energy was published after its end: one delay, positive, about a refresh
+    # (RAPL's or the estimate's here; a few seconds would mean the meter waited for something).
+    delays = ("jarvis_energy_delay_seconds_count", model)
+    assert after[delays] - before.get(delays, 0.0) == 1
+    delay_s = after[("jarvis_energy_delay_seconds_sum", model)] - before.get(
+        ("jarvis_energy_delay_seconds_sum", model), 0.0
+    )
+    assert 0 <= delay_s < 2.0
     assert after[("jarvis_requests_in_flight", model)] == 0

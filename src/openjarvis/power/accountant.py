@@ -158,6 +158,7 @@ class Accountant:
         if published:
             if not self._decided(window, end_s, now_s):
                 return False
+            window.published_s = now_s
             if window.tail_end_s == end_s and _nothing_after_end(window):
                 # Another window owned the time after its end (a batch): settled with its
                 # publication, its tail known to be 0 J, so the figures to its end are final.

@@ -66,6 +66,7 @@ class WindowHandle:
         self.tail_end_s: float | None = None  # next window's opening, the tail's bound, or settle
         self.overlapped = False
         self.energy: WindowEnergy | None = None  # to the window's end (its tail not yet known)
+        self.published_s: float | None = None  # when `energy` was published (meter's clock)
         self.final: WindowEnergy | None = None  # tail included
         self.accounts = [Account() for _ in range(sources)]  # written by the accountant only
         self.resolved = threading.Event()

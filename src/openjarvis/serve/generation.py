@@ -42,8 +42,9 @@ class Generation:
 
     `engine_free` is called (in the worker) once the engine's generator is closed, before the
     energy resolves: the next request need not wait for the counters. `finished` is called
-    (in the worker) with a completed request's completion and energy, before the client hears
-    of it, so a client that has the reply finds it in the request log."""
+    (in the worker) with a completed request's completion, its energy and the seconds from its
+    end to the meter's publication of that energy, before the client hears of it, so a client
+    that has the reply finds it in the request log."""
 
     def __init__(
         self,
@@ -52,7 +53,7 @@ class Generation:
         parsed: ParsedRequest,
         *,
         engine_free: Callable[[], None],
-        finished: Callable[[Completion, EnergyField], None],
+        finished: Callable[[Completion, EnergyField, float | None], None],
     ) -> None:
         self.parsed = parsed
         self._engine = engine
@@ -133,7 +134,9 @@ class Generation:
             # Published about one counter refresh after the window's end (the ledger's steps
             # past it landed), whatever else is still running.
             energy = energy_field(window.result, completion.energy_estimate)
-            self._finished(completion, energy)
+            published_s, end_s = window.published_s, window.end_s
+            delay_s = None if published_s is None or end_s is None else published_s - end_s
+            self._finished(completion, energy, delay_s)
             self._post(Finished(completion, energy))
         except BaseException as error:  # handed to the request's handler, which answers it
             self._post(error)

@@ -1,5 +1,6 @@
 """`/metrics` for `jarvis serve` in Prometheus's text format (prometheus-client): joules per
-source, requests, tokens, time to first token, latency and batch size, with the model as a label.
+source, requests, tokens, time to first token, latency, batch size and how long energy took to
+be known, with the model as a label.
 
 Each finished request adds its own energy as the meter attributed it (shared requests their
 share), so the counters add up to what the request log holds. A request whose energy (or a
@@ -27,6 +28,9 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Seconds: from a small model's first token on a GPU to a long reply on a laptop CPU.
 _TIME_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Seconds from a request's end to its energy: about one counter refresh (NVML's 100 ms on an
+# H200, RAPL's 1 ms), more where the ledger or the counter lags.
+_DELAY_BUCKETS_S = (0.005, 0.025, 0.05, 0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
 
 
 class ServeMetrics:
@@ -88,6 +92,13 @@ class ServeMetrics:
             buckets=_BATCH_BUCKETS,
             registry=self.registry,
         )
+        self.energy_delay = Histogram(
+            "jarvis_energy_delay_seconds",
+            "A request's end (its last token) to the meter's publication of its energy",
+            labels,
+            buckets=_DELAY_BUCKETS_S,
+            registry=self.registry,
+        )
         in_flight_gauge = Gauge(
             "jarvis_requests_in_flight",
             "Requests generating now",
@@ -96,9 +107,18 @@ class ServeMetrics:
         )
         in_flight_gauge.labels(model).set_function(lambda: float(in_flight()))
 
-    def observe(self, endpoint: str, completion: Completion, energy: EnergyField) -> None:
-        """Count one finished request."""
+    def observe(
+        self,
+        endpoint: str,
+        completion: Completion,
+        energy: EnergyField,
+        energy_delay_s: float | None,
+    ) -> None:
+        """Count one finished request; `energy_delay_s`: its end to its energy's publication
+        (None: not published by the meter)."""
         model = self.model
+        if energy_delay_s is not None:
+            self.energy_delay.labels(model).observe(energy_delay_s)
         self.requests.labels(model, endpoint, completion.finish_reason).inc()
         self.prompt_tokens.labels(model).inc(completion.prompt_tokens)
         self.completion_tokens.labels(model).inc(completion.completion_tokens)

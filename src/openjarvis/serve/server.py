@@ -361,7 +361,7 @@ class EnergyServer:
                 self.meter,
                 parsed,
                 engine_free=admission.release_soon,
-                finished=lambda c, e: self._log(endpoint, parsed, c, e, started_at),
+                finished=lambda c, e, d: self._log(endpoint, parsed, c, e, d, started_at),
             )
             with self._generations_lock:
                 self._generations.add(generation)
@@ -447,9 +447,10 @@ class EnergyServer:
         parsed: ParsedRequest,
         completion: Completion,
         energy: EnergyField,
+        energy_delay_s: float | None,
         started_at: datetime,
     ) -> None:
-        self.metrics.observe(endpoint, completion, energy)
+        self.metrics.observe(endpoint, completion, energy, energy_delay_s)
         prefill_j = energy.get("prefill_energy_j")
         self.prefill_price.observe(completion.prompt_tokens, completion.cached_tokens, prefill_j)
         if self.store is None:
