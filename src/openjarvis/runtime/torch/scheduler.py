@@ -132,11 +132,11 @@ class Scheduler:
         self.running: list[Sequence] = []
         # Tokens and ends decided but not yet handed to the consumers: the engine hands them
         # over while the GPU runs the next step (deliver), so waking consumer threads costs
-        # the GPU nothing.
-        self._undelivered: list[tuple[Sequence, tuple[int, float] | None]] = []
+        # the GPU nothing. By sequence, each one's in the order they were decided.
+        self._undelivered: dict[Sequence, list[tuple[int, float] | None]] = {}
         self._delivered_s = float("-inf")
         # Sequences whose first token or end is undelivered: handed over without waiting.
-        self._urgent: set[int] = set()
+        self._urgent: set[Sequence] = set()
 
     def add(self, sequence: Sequence) -> None:
         """Queue a sequence (the engine has checked it against the context); one that could
@@ -276,11 +276,10 @@ class Scheduler:
         return self.pool.cached(sequence.keys)
 
     def _publish(self, sequence: Sequence) -> None:
-        """Publish the blocks the sequence has filled since the last step, for later prompts."""
+        """Publish the blocks the sequence has filled since the last step, for later prompts
+        (the caller checks that it filled one)."""
         keys, size = sequence.keys, self.pool.block_size
         assert keys is not None, "admitted sequences have their keys"
-        if sequence.cached // size <= len(keys):
-            return
         tokens = sequence.prompt + sequence.output  # the cached positions' tokens, in order
         for index in range(len(keys), sequence.cached // size):
             keys.append(
@@ -302,22 +301,25 @@ class Scheduler:
             for row, token in zip(step.rows, picked, strict=True)
             if not row.sequence.finished
         ]
-        tokens: dict[int, tuple[Sequence, int]] = {}
+        sizes: dict[Sequence, int] = {}  # the tokens each live sequence took in the step
         for row, _ in live:
-            sequence = row.sequence
-            taken_before = tokens.get(id(sequence), (sequence, 0))[1]
-            tokens[id(sequence)] = (sequence, taken_before + len(row.tokens))
-            sequence.cached = max(sequence.cached, row.start + len(row.tokens))
-        total = sum(size for _, size in tokens.values())
+            sequence, taken = row.sequence, len(row.tokens)
+            sizes[sequence] = sizes.get(sequence, 0) + taken
+            if row.start + taken > sequence.cached:
+                sequence.cached = row.start + taken
+        total, block_size = sum(sizes.values()), self.pool.block_size
         # Sequences that took as many tokens share one (frozen) piece: a decode step makes one.
         pieces: dict[int, tuple[WorkPiece, list[Sequence]]] = {}
-        for sequence, size in tokens.values():
-            self._publish(sequence)
-            taken = pieces.get(size)
-            if taken is None:
-                taken = pieces[size] = (WorkPiece(start_s, end_s, size / total, len(tokens)), [])
-            sequence.work.append(taken[0])
-            taken[1].append(sequence)
+        for sequence, size in sizes.items():
+            keys = sequence.keys
+            if keys is None or sequence.cached // block_size > len(keys):
+                self._publish(sequence)  # it filled a block
+            shared = pieces.get(size)
+            if shared is None:
+                shared = pieces[size] = (WorkPiece(start_s, end_s, size / total, len(sizes)), [])
+            sequence.work.append(shared[0])
+            shared[1].append(sequence)
+        undelivered = self._undelivered
         for row, token in live:
             sequence = row.sequence
             if sequence.cancelled or not row.sample or sequence.all_logits:
@@ -325,11 +327,16 @@ class Scheduler:
                     self._finish(sequence)
                 continue
             assert token is not None, "a sampled row has its token"
-            sequence.output.append(token)
-            self._undelivered.append((sequence, (token, end_s)))
-            if len(sequence.output) == 1:
-                self._urgent.add(id(sequence))
-            if token in sequence.end_tokens or len(sequence.output) >= sequence.max_tokens:
+            output = sequence.output
+            output.append(token)
+            items = undelivered.get(sequence)
+            if items is None:
+                undelivered[sequence] = [(token, end_s)]
+            else:
+                items.append((token, end_s))
+            if len(output) == 1:
+                self._urgent.add(sequence)
+            if token in sequence.end_tokens or len(output) >= sequence.max_tokens:
                 self._finish(sequence)
         return list(pieces.values())
 
@@ -338,8 +345,8 @@ class Scheduler:
         self.running.remove(sequence)
         self.pool.give_back(sequence.blocks)
         sequence.blocks = []
-        self._undelivered.append((sequence, None))
-        self._urgent.add(id(sequence))
+        self._undelivered.setdefault(sequence, []).append(None)
+        self._urgent.add(sequence)
 
     def deliver(self, now_s: float | None = None) -> None:
         """Hand the decided tokens and ends to their consumers, one batch each. With `now_s`
@@ -348,17 +355,14 @@ class Scheduler:
         if now_s is not None and now_s - self._delivered_s < self._period_s():
             if not self._urgent:
                 return
-            urgent = self._urgent
-            undelivered = [item for item in self._undelivered if id(item[0]) in urgent]
-            self._undelivered = [item for item in self._undelivered if id(item[0]) not in urgent]
+            undelivered = self._undelivered
+            handed = [(s, undelivered.pop(s)) for s in self._urgent if s in undelivered]
         else:
-            undelivered, self._undelivered = self._undelivered, []
+            handed = list(self._undelivered.items())
+            self._undelivered = {}
             self._delivered_s = time.monotonic() if now_s is None else now_s
         self._urgent = set()
-        batches: dict[int, tuple[Sequence, list[tuple[int, float] | None]]] = {}
-        for sequence, item in undelivered:
-            batches.setdefault(id(sequence), (sequence, []))[1].append(item)
-        for sequence, batch in batches.values():
+        for sequence, batch in handed:
             sequence.hand(batch)
 
     def _period_s(self) -> float:

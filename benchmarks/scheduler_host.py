@@ -1,0 +1,74 @@
+"""The torch scheduler's host work per decode step after the GPU: `finish_step` (the step's
+tokens, pieces and ends recorded) and `deliver` (tokens handed to their consumers: every
+delivery period, and at once for a first token or an end), on the CPU, no model.
+
+`--batch` sequences decode together; each asks for 100-256 tokens (seeded), so sequences end
+every few steps and are replaced by new ones, as under a server's load; the clock between steps
+advances by `--step-ms` (the delivery period depends on it). Prints the best of `--repeats`
+runs, in microseconds per step. Run it at two commits to compare them (an older tree with
+`PYTHONPATH=DIR/src`), interleaved: this machine's timings drift between runs.
+
+Run: .venv/bin/python benchmarks/scheduler_host.py [--batch 64] [--steps 3000] [--step-ms 1.5]
+"""
+
+import argparse
+import random
+import time
+
+from openjarvis.runtime.torch.paged import BlockPool
+from openjarvis.runtime.torch.runner import BLOCK_SIZE
+from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
+
+__all__: list[str] = []
+
+
+def per_step_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> float:
+    """Mean microseconds of finish_step + deliver over the decode steps of one run."""
+    rng = random.Random(0)
+    max_seq_len = prompt + 260
+    pool = BlockPool(1 + 2 * batch * -(-max_seq_len // BLOCK_SIZE), BLOCK_SIZE)
+    scheduler = Scheduler(pool, batch, 2048, max_seq_len)
+
+    def top_up() -> None:
+        """New sequences for the ended ones, admitted with their prompts in the cache (the
+        prefill is not what is timed) and a first token."""
+        for _ in range(batch - len(scheduler.running) - len(scheduler.waiting)):
+            prompt_tokens = [rng.randrange(1000) for _ in range(prompt)]
+            scheduler.add(Sequence(prompt_tokens, rng.randrange(100, 257), frozenset()))
+        scheduler._admit()
+        for sequence in scheduler.running:
+            if sequence.prefilling:
+                sequence.cached = sequence.scheduled = prompt
+                sequence.output.append(1)
+
+    top_up()
+    now_s = spent_s = 0.0
+    for _ in range(steps):
+        step = scheduler.next_step()
+        assert step is not None and step.kind == "decode"
+        now_s += step_s
+        started = time.perf_counter()
+        scheduler.finish_step(step, [7] * len(step.rows), now_s - step_s, now_s)
+        scheduler.deliver(now_s)
+        spent_s += time.perf_counter() - started
+        for sequence in step.rows:  # the consumers take what they were handed
+            outbox = sequence.sequence.outbox
+            while not outbox.empty():
+                outbox.get_nowait()
+        top_up()
+    return spent_s / steps * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--step-ms", type=float, default=1.5)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    best = min(per_step_us(args.batch, args.steps, args.step_ms / 1e3) for _ in range(args.repeats))
+    print(f"finish_step + deliver, {args.batch} decoding sequences: {best:.1f} us a step")
+
+
+if __name__ == "__main__":
+    main()
