@@ -111,6 +111,20 @@ def _event(body: dict[str, object]) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+def _text_events(parsed: ParsedRequest, model: str) -> Callable[[str], bytes]:
+    """A stream's text chunk as an event, for any text: the chunk `chunk_body` makes, encoded
+    once with a placeholder, then only each text is (a chunk per token: at 64 streams the
+    whole chunk's encoding took a sixth of the server's interpreter). The chunks of a stream
+    share its `created` time, as OpenAI's do."""
+    placeholder = "\x00"  # json.dumps escapes it; no id or model name holds one
+    head, *rest = _event(chunk_body(parsed, model, placeholder)).split(
+        json.dumps(placeholder).encode()
+    )
+    assert len(rest) == 1, "the placeholder stands once in the chunk"
+    tail = rest[0]
+    return lambda text: head + json.dumps(text).encode() + tail
+
+
 def _texts(batch: list[Item]) -> list[StreamChunk]:
     """The batch's chunks that carry text (Finished comes only last)."""
     return [item for item in batch if isinstance(item, StreamChunk) and item.text]
@@ -393,14 +407,15 @@ class EnergyServer:
         try:
             # The role comes first.
             events = [_event(chunk_body(parsed, model, ""))] if parsed.chat else []
+            text_event = _text_events(parsed, model)
             batch = first
             while not isinstance(finished := batch[-1], Finished):
-                events += [_event(chunk_body(parsed, model, c.text)) for c in _texts(batch)]
+                events += [text_event(c.text) for c in _texts(batch)]
                 if events:
                     yield b"".join(events)
                 events = []
                 batch = await self._next_unless_stopping(generation)
-            events += [_event(chunk_body(parsed, model, c.text)) for c in _texts(batch)]
+            events += [text_event(c.text) for c in _texts(batch)]
             completion, energy = finished.completion, finished.energy
             reason = completion.finish_reason
             events.append(_event(chunk_body(parsed, model, "", reason, energy=energy)))
