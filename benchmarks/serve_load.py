@@ -18,6 +18,7 @@ import gc
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -395,9 +396,18 @@ def main() -> None:
         type=int,
         help="the server's young-generation threshold while it serves (A/B of runtime/heap.py)",
     )
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        help="the server process's GIL switch interval in seconds (Python's default 0.005): "
+        "an A/B of how long a waking thread (the meter's sampler, a request's) waits for it",
+    )
     args = parser.parse_args()
     if args.young_threshold is not None:
         heap.YOUNG_THRESHOLD = args.young_threshold
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    print(f"GIL switch interval {sys.getswitchinterval() * 1e3:.1f} ms")
     levels_asked = [int(n) for n in args.clients.split(",")]
     prompts = [problem["prompt"] for problem in read_problems().values()]
     spec = EngineSpec(kind=args.engine, model=args.model, concurrency=max(levels_asked))
