@@ -184,10 +184,16 @@ class Engine(Protocol):
 def held_back(text: str, stops: tuple[str, ...]) -> int:
     """How many trailing characters could still be the start of a stop sequence: a streaming
     engine holds them back until the next token says whether they are text or the stop."""
-    held = 0
+    if not text:
+        return 0
+    held, last = 0, text[-1]
     for stop in stops:
-        for size in range(min(len(stop) - 1, len(text)), 0, -1):
-            if text.endswith(stop[:size]):
-                held = max(held, size)
+        # A held prefix ends with the text's last character: only those sizes are tried (found
+        # by rfind, longest first; a token's text most often ends with none of them).
+        end = min(len(stop) - 1, len(text))
+        while (at := stop.rfind(last, 0, end)) >= held:
+            if text.endswith(stop[: at + 1]):
+                held = at + 1
                 break
+            end = at
     return held
