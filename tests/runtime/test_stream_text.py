@@ -1,6 +1,5 @@
-"""Tokens to text: the stream's text, its chunks and its stop against the plain rule (decode
-all the bytes so far; hold back the longest tail that starts a stop sequence), on random
-pieces that split characters across tokens."""
+"""Tokens to text: what is held back for a stop sequence against the plain rule, and a
+stream's chunks and stop on random pieces that split characters across tokens."""
 
 import random
 
@@ -28,28 +27,8 @@ def test_held_back_is_the_longest_tail_that_starts_a_stop() -> None:
         assert held_back(text, stops) == held_back_plainly(text, stops), (text, stops)
 
 
-def plain_chunks(pieces: list[bytes], stop: tuple[str, ...]) -> tuple[list[str], str, str]:
-    """The rule, with the whole text decoded again at every token."""
-    data, text, emitted, chunks, reason = b"", "", 0, [], "length"
-    for piece in pieces:
-        searched_from = max(0, len(text) - max((len(s) for s in stop), default=0))
-        data += piece
-        text = data.decode("utf-8", errors="ignore")
-        cut = min((i for s in stop if (i := text.find(s, searched_from)) >= 0), default=-1)
-        if cut >= 0:
-            text, reason = text[:cut], "stop"
-        safe = len(text) - held_back_plainly(text, stop)
-        if safe > emitted:
-            chunks.append(text[emitted:safe])
-            emitted = safe
-        if reason == "stop":
-            break
-    chunks.append(text[emitted:])
-    return chunks, text, reason
-
-
 @pytest.mark.parametrize("seed", range(40))
-def test_chunks_match_the_whole_text_decoded_at_every_token(seed: int) -> None:
+def test_a_stream_is_its_text_up_to_the_first_stop(seed: int) -> None:
     rng = random.Random(seed)
     source = "".join(rng.choice(["a", "b", "é", "🙂", "\n", "def", "#", "c"]) for _ in range(60))
     data = source.encode() + (b"\xff" if seed % 5 == 0 else b"")  # an invalid byte, ignored
@@ -71,8 +50,12 @@ def test_chunks_match_the_whole_text_decoded_at_every_token(seed: int) -> None:
             finish=lambda outcome: outcome,  # type: ignore[arg-type, return-value]  # the outcome itself, to compare
         )
     )
-    expected_chunks, expected_text, reason = plain_chunks(pieces, stop)
-    assert [chunk.text for chunk in chunks] == expected_chunks
+    # The text is the source up to its first stop (all of it without one, less the invalid
+    # byte), and the chunks add up to it.
+    text = data.decode("utf-8", errors="ignore")
+    cuts = [at for s in stop if (at := text.find(s)) >= 0]
+    expected = text[: min(cuts)] if cuts else text
     outcome = chunks[-1].completion
-    assert outcome.text == expected_text  # type: ignore[union-attr]  # an Outcome here
-    assert outcome.finish_reason == reason  # type: ignore[union-attr]  # an Outcome here
+    assert outcome.text == expected  # type: ignore[union-attr]  # an Outcome here
+    assert outcome.finish_reason == ("stop" if cuts else "length")  # type: ignore[union-attr]  # an Outcome here
+    assert "".join(chunk.text for chunk in chunks) == expected
