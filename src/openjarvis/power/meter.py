@@ -400,7 +400,8 @@ class Meter:
                 self._close_tail(owner.end_s + TAIL_S)
             for index in range(len(self._tracks)):
                 self._accountant.account_track(index)
-            settled = self._accountant.publish(now_s)
+            # After the split: a window's publication time is when its energy is known.
+            settled = self._accountant.publish(self._clock())
             self.accounting_cpu_s += time.thread_time() - cpu_start_s
         for handle in settled:
             ledger = self._accountant.ledger
