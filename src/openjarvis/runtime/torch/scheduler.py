@@ -275,11 +275,10 @@ class Scheduler:
             sequence.keys = self.pool.prefix_keys(shared)
         return self.pool.cached(sequence.keys)
 
-    def _publish(self, sequence: Sequence) -> None:
-        """Publish the blocks the sequence has filled since the last step, for later prompts
-        (the caller checks that it filled one)."""
-        keys, size = sequence.keys, self.pool.block_size
-        assert keys is not None, "admitted sequences have their keys"
+    def _publish(self, sequence: Sequence, keys: list[bytes]) -> None:
+        """Publish the blocks the sequence (whose `keys` these are) has filled since the last
+        step, for later prompts; the caller checks that it filled one."""
+        size = self.pool.block_size
         tokens = sequence.prompt + sequence.output  # the cached positions' tokens, in order
         for index in range(len(keys), sequence.cached // size):
             keys.append(
@@ -312,8 +311,9 @@ class Scheduler:
         pieces: dict[int, tuple[WorkPiece, list[Sequence]]] = {}
         for sequence, size in sizes.items():
             keys = sequence.keys
-            if keys is None or sequence.cached // block_size > len(keys):
-                self._publish(sequence)  # it filled a block
+            assert keys is not None, "admitted sequences have their keys"
+            if sequence.cached // block_size > len(keys):
+                self._publish(sequence, keys)  # it filled a block
             shared = pieces.get(size)
             if shared is None:
                 shared = pieces[size] = (WorkPiece(start_s, end_s, size / total, len(sizes)), [])
