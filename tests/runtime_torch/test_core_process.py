@@ -68,6 +68,32 @@ def test_the_ledger_holds_a_requests_steps_as_the_core_ran_them(remote: TorchEng
     assert remote.ledger.complete_s() >= before  # idle: complete up to now
 
 
+def test_pieces_cross_with_their_batch_and_shares(remote: TorchEngine) -> None:
+    """Two requests at once: each step's pieces arrive with the sequences the step carried
+    and their shares of its tokens (a step both took: batch 2, shares adding up to 1)."""
+    keys = (51, 52)
+    for key in keys:
+        remote.ledger.open(key)
+    try:
+        sequences = [
+            remote._submit(prompt, 8, frozenset(), 0.0, None, ledger_key=key)
+            for prompt, key in zip(([5, 6, 7], [8, 9, 10, 11]), keys, strict=True)
+        ]
+        for sequence in sequences:
+            list(remote._deliveries(sequence))
+        pieces = [list(remote.ledger.pieces(key)) for key in keys]
+    finally:
+        for key in keys:
+            remote.ledger.close(key)
+    steps: dict[tuple[float, float], list] = {}
+    for piece in itertools.chain(*pieces):
+        steps.setdefault((piece.start_s, piece.end_s), []).append(piece)
+    assert any(len(taken) == 2 for taken in steps.values()), "the two shared a step"
+    for taken in steps.values():
+        assert all(piece.batch == len(taken) for piece in taken)
+        assert sum(piece.share for piece in taken) == pytest.approx(1.0)
+
+
 def test_a_consumer_that_leaves_frees_its_sequence_in_the_core(remote: TorchEngine) -> None:
     tokens = remote.generate_tokens([3, 1, 4, 1, 5], 40)
     next(tokens)

@@ -35,7 +35,7 @@ from openjarvis.runtime.torch.core import CoreInfo, EngineCore
 from openjarvis.runtime.torch.loop import StepCounts, switch_interval
 from openjarvis.runtime.torch.runner import Spec
 from openjarvis.runtime.torch.scheduler import Delivery, Pieces, Sequence
-from openjarvis.runtime.types import StepLedger
+from openjarvis.runtime.types import StepLedger, WorkPiece
 
 __all__ = ["CoreProcess"]
 
@@ -195,7 +195,8 @@ class CoreProcess:
         kind = message[0]
         if kind == "step":
             _, end_s, pieces = message
-            for piece, keys in pieces:
+            for fields, keys in pieces:
+                piece = WorkPiece(*fields)
                 for key in keys:
                     sequence = self._sequences.get(key)
                     if sequence is not None:
@@ -304,7 +305,11 @@ class _Wire:
         pass  # the other side marks its ledger busy as it sends a sequence
 
     def landed(self, end_s: float, pieces: Pieces) -> None:
-        keys = [(piece, [_key(s) for s in sequences]) for piece, sequences in pieces]
+        # A piece travels as its fields: pickling the dataclass took twice the whole message.
+        keys = [
+            ((p.start_s, p.end_s, p.share, p.batch), [_key(s) for s in sequences])
+            for p, sequences in pieces
+        ]
         self._out.put(("step", end_s, keys))
 
     def idle(self, taken: int) -> None:
