@@ -51,8 +51,8 @@ def per_step_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> flo
         scheduler.finish_step(step, [7] * len(step.rows), now_s - step_s, now_s)
         scheduler.deliver(now_s)
         spent_s += time.perf_counter() - started
-        for sequence in step.rows:  # the consumers take what they were handed
-            outbox = sequence.sequence.outbox
+        for row in step.rows:  # the consumers take what they were handed
+            outbox = row.sequence.outbox
             while not outbox.empty():
                 outbox.get_nowait()
         top_up()

@@ -305,7 +305,7 @@ class _Wire:
         pass  # the other side marks its ledger busy as it sends a sequence
 
     def landed(self, end_s: float, pieces: Pieces) -> None:
-        # A piece travels as its fields: pickling the dataclass took twice the whole message.
+        # A piece travels as its fields: pickling the dataclass cost as much as all the rest.
         keys = [
             ((p.start_s, p.end_s, p.share, p.batch), [_key(s) for s in sequences])
             for p, sequences in pieces
