@@ -45,6 +45,16 @@ class WorkStep(Protocol):
         """share * (end_s - start_s): its claim on an interval that holds it whole."""
         ...
 
+    @property
+    def length_s(self) -> float:
+        """end_s - start_s."""
+        ...
+
+    @property
+    def batch_s(self) -> float:
+        """batch * (end_s - start_s): its weight in the mean batch."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Piece:
@@ -58,9 +68,14 @@ class Piece:
     share: float
     batch: int
     claim_s: float = field(init=False, repr=False, compare=False)
+    length_s: float = field(init=False, repr=False, compare=False)
+    batch_s: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "claim_s", self.share * (self.end_s - self.start_s))
+        length_s = self.end_s - self.start_s
+        object.__setattr__(self, "claim_s", self.share * length_s)
+        object.__setattr__(self, "length_s", length_s)
+        object.__setattr__(self, "batch_s", self.batch * length_s)
 
     @classmethod
     def of(cls, step: WorkStep) -> "Piece":
@@ -71,14 +86,11 @@ def mean_batch(pieces: Sequence[WorkStep]) -> float | None:
     """The batch size a sequence ran at, weighted by each step's time (None: no steps)."""
     if not pieces:
         return None
-    seconds = weighted = 0.0
-    for piece in pieces:
-        length_s = piece.end_s - piece.start_s
-        seconds += length_s
-        weighted += piece.batch * length_s
+    # Comprehensions of fields each step computed once: half the time of one loop (Python 3.11).
+    seconds = sum([piece.length_s for piece in pieces])
     if seconds <= 0:  # steps too short for the clock: every step counts alike
         return sum(p.batch for p in pieces) / len(pieces)
-    return weighted / seconds
+    return sum([piece.batch_s for piece in pieces]) / seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,11 +211,41 @@ def _work_claims_s(
     spans: Sequence[Span], owns: list[float], low_s: float, high_s: float
 ) -> list[float]:
     """Each span's `_work_claim_s` on the interval, those that cover more of it first (the
-    longest runs of steps are summed first, and the others are found in them)."""
+    longest runs of steps are summed first, and the others are found in them). This is the
+    accountant's hottest loop (every window of every interval), so `_work_claim_s` is
+    written out here for its common case, a span's whole time with its steps."""
     runs = _Runs()
     claims_s = [0.0] * len(spans)
+    bisect_right, bisect_left, end_key, start_key = (
+        bisect.bisect_right,
+        bisect.bisect_left,
+        _end_s,
+        _start_s,
+    )
     for i in sorted(range(len(spans)), key=owns.__getitem__, reverse=True):
-        claims_s[i] = _work_claim_s(spans[i], spans[i].end_s, low_s, high_s, runs)
+        span = spans[i]
+        work = span.work
+        if not work:
+            continue
+        start_s, end_s = span.start_s, span.end_s
+        low = start_s if start_s > low_s else low_s
+        high = end_s if end_s < high_s else high_s
+        first = bisect_right(work, low, key=end_key)  # the first step ending after low
+        last = bisect_left(work, high, first, key=start_key)  # the first starting at high on
+        if first >= last:
+            continue
+        claim_s = runs.claim_s(work[first:last])
+        if (first + 1 < last and work[first + 1].start_s < low) or (
+            last - 2 >= first and work[last - 2].end_s > high
+        ):  # several steps cut at an edge (a window's sequences in one step)
+            claims_s[i] = _cut_edges(work, first, last, claim_s, low, high)
+            continue
+        head, tail = work[first], work[last - 1]  # most often each cut, and only they
+        if head.start_s < low:
+            claim_s -= head.share * (low - head.start_s)
+        if tail.end_s > high:
+            claim_s -= tail.share * (tail.end_s - high)
+        claims_s[i] = claim_s if claim_s > 0.0 else 0.0
     return claims_s
 
 
@@ -212,9 +254,8 @@ def _work_claim_s(
 ) -> float:
     """A span's claim on an interval: its share of each step, times the step's time inside the
     interval (and inside the span, up to `until_s`). The steps are in time order: those in the
-    interval are summed by their whole claims (this is the accountant's hottest path, every
-    step of every window in each interval; `runs` sums each run of steps once for the spans of
-    one interval), less the parts outside of those that an edge cuts."""
+    interval are summed by their whole claims (`runs` sums each run of steps once for the
+    spans of one interval), less the parts outside of those that an edge cuts."""
     low_s, high_s = max(low_s, span.start_s), min(high_s, span.end_s, until_s)
     work = span.work
     first = bisect.bisect_right(work, low_s, key=_end_s)  # the first step ending after low_s
@@ -223,8 +264,15 @@ def _work_claim_s(
     if first >= last:
         return 0.0
     claim_s = (_Runs() if runs is None else runs).claim_s(work[first:last])
-    # Steps are one engine's, one after another: a window's several sequences share a step's
-    # time or none of it, so the steps cut by an edge are the first (or last) few alike.
+    return _cut_edges(work, first, last, claim_s, low_s, high_s)
+
+
+def _cut_edges(
+    work: Sequence[WorkStep], first: int, last: int, claim_s: float, low_s: float, high_s: float
+) -> float:
+    """The whole claims of work[first:last] less the parts of its steps outside [low_s,
+    high_s]. Steps are one engine's, one after another: a window's several sequences share a
+    step's time or none of it, so the steps cut by an edge are the first (or last) few alike."""
     index = first
     while index < last and work[index].start_s < low_s:
         claim_s -= work[index].share * (low_s - work[index].start_s)
@@ -241,11 +289,12 @@ class _Runs:
     sequences of a batch take part in the same steps, so a window's run in an interval is most
     often a part of the longest one: found in it by its first step and compared item by item
     (at C speed: the same objects, or steps equal in every field, whose claims are then equal
-    too), it is summed from the claims taken for the longest run. Give it the longest first."""
+    too), it is summed from the running sums of the longest run's claims. Give it the longest
+    first."""
 
     def __init__(self) -> None:
         self._steps: Sequence[WorkStep] = ()  # the longest run so far
-        self._claims_s: list[float] = []  # the whole claim of each of its steps
+        self._sums_s: list[float] = [0.0]  # the claims of its first i steps, for each i
         self._at: dict[int, int] | None = None  # a step's id: its place (made once looked in)
 
     def claim_s(self, steps: Sequence[WorkStep]) -> float:
@@ -253,12 +302,14 @@ class _Runs:
         if self._at is None:
             self._at = {id(step): place for place, step in enumerate(self._steps)}
         at = self._at.get(id(steps[0]))
-        if at is not None and self._steps[at : at + len(steps)] == steps:
-            return sum(self._claims_s[at : at + len(steps)])
+        end = len(steps) if at is None else at + len(steps)
+        if at is not None and self._steps[at:end] == steps:
+            return self._sums_s[end] - self._sums_s[at]
         # A comprehension reads the fields faster than map(attrgetter) (Python 3.11).
         claims_s = [step.claim_s for step in steps]
         if len(steps) > len(self._steps):
-            self._steps, self._claims_s, self._at = steps, claims_s, None
+            self._steps, self._at = steps, None
+            self._sums_s = list(itertools.accumulate(claims_s, initial=0.0))
         return sum(claims_s)
 
 

@@ -30,12 +30,18 @@ class WorkPiece:
     end_s: float
     share: float  # this sequence's tokens / all tokens of the step, in (0, 1]
     batch: int  # sequences in the step
-    # share * the step's time: its claim on an interval that holds it whole (the meter sums
-    # these; computed once per piece, and the rows of a step share one piece).
+    # share * the step's time: its claim on an interval that holds it whole; and the step's
+    # time and batch * time, for the mean batch (the meter sums these; computed once per
+    # piece, and the rows of a step share one piece).
     claim_s: float = field(init=False, repr=False, compare=False)
+    length_s: float = field(init=False, repr=False, compare=False)
+    batch_s: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "claim_s", self.share * (self.end_s - self.start_s))
+        length_s = self.end_s - self.start_s
+        object.__setattr__(self, "claim_s", self.share * length_s)
+        object.__setattr__(self, "length_s", length_s)
+        object.__setattr__(self, "batch_s", self.batch * length_s)
 
 
 class StepLedger:
