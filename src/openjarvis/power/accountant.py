@@ -50,12 +50,13 @@ class Accountant:
         self.cursors: list[Knot | None] = [None] * len(self.tracks)  # the last knot split
         self.ledger: Ledger | None = None
 
-    def account_track(self, index: int) -> None:
-        """Split one source's new intervals among the windows in them."""
+    def account_track(self, index: int) -> bool:
+        """Split one source's new intervals among the windows in them; whether any was split."""
         track, cursor = self.tracks[index], self.cursors[index]
         knots, faults = track.knots_from(cursor.time_s if cursor is not None else -math.inf)
         if not knots:
-            return
+            return False
+        first = cursor
         if cursor is None:
             cursor = knots[0]
         idle_w = self._idle_of(track.source.name)
@@ -99,6 +100,7 @@ class Accountant:
                     account.at_end = account.share.copy()
             cursor = knot
         self.cursors[index] = cursor
+        return cursor is not first
 
     def _merges(self, low_s: float, time_s: float, faults: Sequence[tuple[float, str]]) -> bool:
         """Whether the interval from `low_s` goes on past a knot at `time_s` rather than end

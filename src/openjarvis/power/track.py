@@ -261,6 +261,11 @@ class Track:
         """Successful reads so far (what the sampler costs is about this times one read)."""
         return self._read_count
 
+    @property
+    def fault_count(self) -> int:
+        """Failed reads so far: a new one may decide windows that no new knot would."""
+        return self._fault_count
+
     def failing(self) -> str | None:
         """The reason of a fault since the last knot (the source is failing now), if any."""
         with self._lock:
