@@ -6,8 +6,10 @@ A fake GPU counter (NVML's, refreshed every 100 ms) on a fake clock, and an engi
 decode steps of `--step-ms` back to back over the requests in flight, each request `--tokens`
 steps long and replaced by a new one when it ends (requests staggered, as clients' are). The
 sampler is driven by hand: it reads the counter when the delay its last poll returned has
-passed, as its thread would. The clock is fake, so the CPU per simulated second is what the
-same work would cost in real time; the script's own engine loop is not counted.
+passed, or at once when the meter wakes it (a window's end that moves a read earlier, a step
+landing that a pass waited for), as its thread would. The clock is fake, so the CPU per
+simulated second is what the same work would cost in real time; the script's own engine loop
+is not counted.
 
 Run: `.venv/bin/python benchmarks/power_accounting.py [--seconds 10] [--step-ms 3]`; run it at
 two commits to compare them (docs/benchmarks.md).
@@ -32,6 +34,18 @@ __all__ = ["main"]
 UUID = "GPU-aaaa1111-0000-0000-0000-000000000000"
 
 
+class DrivenMeter(Meter):
+    """A meter whose sampler is this script's loop once `driven`: it then wakes the sampler as
+    it would its thread (instead of splitting in the caller's thread, as a meter without a
+    sampler does)."""
+
+    driven = False
+
+    @property
+    def running(self) -> bool:
+        return self.driven
+
+
 def accounting_share(
     in_flight: int, seconds: float, step_s: float, tokens: int, estimate_cpu: bool = False
 ) -> float:
@@ -43,7 +57,7 @@ def accounting_share(
         clock = FakeClock()
         fake = install_fake_nvml(patch, [FakeGpu(UUID)])
         SteppingCounter(clock, fake.gpus[0], lambda t: 300.0, phase_s=0.037, step_s=step_s)
-        meter = Meter.discover(
+        meter = DrivenMeter.discover(
             "accelerator", "/nonexistent", estimate_cpu=estimate_cpu, clock=clock, sleep=clock.sleep
         )
         due_s = clock.now_s
@@ -52,12 +66,17 @@ def accounting_share(
             nonlocal due_s
             end_s = clock.now_s + span_s
             while clock.now_s < end_s - 1e-12:
+                if meter._wake.is_set():  # woken: the sampler's thread would poll now
+                    meter._wake.clear()
+                    due_s = clock.now_s
                 if clock.now_s >= due_s:
                     due_s = clock.now_s + max(meter.poll(), 1e-4)
                 clock.advance(min(due_s, end_s) - clock.now_s)
 
         spend(0.5)
-        meter.measure_idle(1.0)
+        meter.measure_idle(1.0)  # read by the caller: the meter is not driven yet
+        assert meter.idle is not None and all(meter.idle.power_w.values())
+        meter.driven = True
         ledger = StepLedger(clock)
         meter.follow(ledger)
         ledger.busy()
