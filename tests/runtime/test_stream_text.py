@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from openjarvis.runtime.streaming import stream_text
+from openjarvis.runtime.streaming import singly, stream_text
 from openjarvis.runtime.types import held_back
 
 STOPS = ("\ndef", "\nclass", "\n#", "ééa", "aab")
@@ -38,9 +38,14 @@ def test_a_stream_is_its_text_up_to_the_first_stop(seed: int) -> None:
         pieces.append(data[at : at + size])
         at += size
     stop = tuple(rng.sample(STOPS, rng.randrange(0, 3)))
+    pairs, batches = [(token, float(token)) for token in range(len(pieces))], []
+    while pairs:  # handed over in batches of 1-8 tokens, as a batching engine does
+        size = rng.randrange(1, 9)
+        batches.append(pairs[:size])
+        pairs = pairs[size:]
     chunks = list(
         stream_text(
-            iter([(token, float(token)) for token in range(len(pieces))]),
+            iter(batches),
             piece=pieces.__getitem__,
             is_end=lambda token: False,
             stop=stop,
@@ -59,3 +64,72 @@ def test_a_stream_is_its_text_up_to_the_first_stop(seed: int) -> None:
     assert outcome.text == expected  # type: ignore[union-attr]  # an Outcome here
     assert outcome.finish_reason == ("stop" if cuts else "length")  # type: ignore[union-attr]  # an Outcome here
     assert "".join(chunk.text for chunk in chunks) == expected
+
+
+def _stream(batches: list, pieces: list[bytes], end: int | None, stop: tuple, max_tokens: int):
+    return list(
+        stream_text(
+            iter(batches),
+            piece=pieces.__getitem__,
+            is_end=lambda token: token == end,
+            stop=stop,
+            max_tokens=max_tokens,
+            start_s=0.0,
+            clock=lambda: 0.0,
+            finish=lambda outcome: outcome,  # type: ignore[arg-type, return-value]  # the outcome itself, to compare
+        )
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_batches_give_what_tokens_one_at_a_time_give(seed: int) -> None:
+    """An end token, a stop sequence or max_tokens inside a batch: the same text, tokens
+    counted and finish as when the same tokens come one at a time."""
+    rng = random.Random(seed)
+    pieces = [
+        rng.choice([b"a", b"b", b"\n", b"def", b"#", b"\xc3", b"\xa9", b"c"]) for _ in range(50)
+    ]
+    end = rng.choice([None, rng.randrange(len(pieces))])
+    stop = tuple(rng.sample(STOPS, rng.randrange(0, 3)))
+    max_tokens = rng.randrange(1, len(pieces) + 1)
+    pairs = [(token, float(token)) for token in range(len(pieces))]
+    batches, rest = [], pairs
+    while rest:
+        size = rng.randrange(1, 12)
+        batches.append(rest[:size])
+        rest = rest[size:]
+    one_by_one = _stream([[pair] for pair in pairs], pieces, end, stop, max_tokens)
+    batched = _stream(batches, pieces, end, stop, max_tokens)
+    want, got = one_by_one[-1].completion, batched[-1].completion
+    assert (got.text, got.token_times_s, got.finish_reason) == (  # type: ignore[union-attr]  # Outcomes
+        want.text,  # type: ignore[union-attr]
+        want.token_times_s,  # type: ignore[union-attr]
+        want.finish_reason,  # type: ignore[union-attr]
+    )
+    assert "".join(c.text for c in batched) == "".join(c.text for c in one_by_one)
+    # A chunk per batch, and the last; the batch that ends the stream goes token by token.
+    assert len(batched) <= len(batches) + max(map(len, batches))
+
+
+def test_closing_the_stream_closes_the_engine_s_tokens() -> None:
+    closed = []
+
+    def tokens():
+        try:
+            yield from [(0, 0.0), (1, 1.0)]
+        finally:
+            closed.append(True)
+
+    stream = stream_text(
+        singly(tokens()),
+        piece=lambda token: b"x",
+        is_end=lambda token: False,
+        stop=(),
+        max_tokens=10,
+        start_s=0.0,
+        clock=lambda: 0.0,
+        finish=lambda outcome: outcome,  # type: ignore[arg-type, return-value]  # not used here
+    )
+    next(stream)
+    stream.close()
+    assert closed == [True]

@@ -52,7 +52,7 @@ def test_the_ledger_holds_a_requests_steps_as_the_core_ran_them(remote: TorchEng
     remote.ledger.open(key)
     try:
         sequence = remote._submit([5, 6, 7], 6, frozenset(), 0.0, None, ledger_key=key)
-        tokens = list(remote._deliveries(sequence))
+        tokens = [pair for batch in remote._deliveries(sequence) for pair in batch]
         pieces = list(remote.ledger.pieces(key))
     finally:
         remote.ledger.close(key)

@@ -133,7 +133,7 @@ def test_through_the_engine_a_prompt_joins_running_decodes_with_the_tokens_it_ge
         head = [next(first)[0] for _ in range(2)]  # decoding now, 38 tokens to go
         before = engine.step_counts()
         second = engine._submit(joining, 12, frozenset(), 0.0, None)
-        tokens = [t for t, _ in engine._deliveries(second)]
+        tokens = [t for batch in engine._deliveries(second) for t, _ in batch]
         rest = [t for t, _ in first]
         counts = engine.step_counts().since(before)
     finally:

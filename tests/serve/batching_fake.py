@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
 from openjarvis.runtime.ledger import StepLedger
-from openjarvis.runtime.streaming import stream_text
+from openjarvis.runtime.streaming import singly, stream_text
 from openjarvis.runtime.types import (
     ChatRequest,
     Completion,
@@ -88,7 +88,7 @@ class FakeBatchingEngine:
         start_s = time.monotonic()
         prompt_tokens = len(_prompt(request).split())
         yield from stream_text(
-            self._tokens(len(words), work),
+            singly(self._tokens(len(words), work)),
             piece=lambda token: words[token].encode(),
             is_end=lambda token: token == _END,
             stop=request.stop,

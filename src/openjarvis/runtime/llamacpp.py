@@ -25,7 +25,7 @@ from openjarvis.runtime.llamacpp_batch import BatchScheduler, Sequence
 from openjarvis.runtime.llamacpp_probe import check_llama_cpp_runs
 from openjarvis.runtime.models import check_gguf
 from openjarvis.runtime.roofline import Bandwidth, decode_bytes_per_token, host_bandwidth
-from openjarvis.runtime.streaming import Outcome, stream_text
+from openjarvis.runtime.streaming import Outcome, singly, stream_text
 from openjarvis.runtime.types import (
     ChatRequest,
     Completion,
@@ -230,7 +230,7 @@ class LlamaCppEngine:
             run.prompt, run.max_tokens, request.temperature, request.seed, run.grammar
         )
         yield from stream_text(
-            self._scheduler.submit(sequence, request.ledger_key),
+            singly(self._scheduler.submit(sequence, request.ledger_key)),
             piece=lambda token: self._llama.detokenize([token]),
             is_end=self._is_end_of_generation,
             stop=request.stop,

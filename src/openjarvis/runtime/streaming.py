@@ -1,16 +1,16 @@
-"""Tokens to text, once for every local engine: token bytes and arrival times in, StreamChunks
-out, and the Completion with its timings last.
+"""Tokens to text, once for every local engine: batches of tokens and arrival times in (as the
+engine hands them over), StreamChunks out, and the Completion with its timings last.
 
 Stop sequences are searched in the decoded text; text that could still be the start of one is
 held back until the next token decides. A character split over two tokens decodes whole.
 """
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 
 from openjarvis.runtime.types import Completion, StreamChunk, WorkPiece, held_back
 
-__all__ = ["Outcome", "stream_text"]
+__all__ = ["Outcome", "singly", "stream_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,7 @@ class Outcome:
 
 
 def stream_text(
-    tokens: Iterator[tuple[int, float]],
+    batches: Iterator[Sequence[tuple[int, float]]],
     *,
     piece: Callable[[int], bytes],
     is_end: Callable[[int], bool],
@@ -68,38 +68,73 @@ def stream_text(
     clock: Callable[[], float],
     finish: Callable[[Outcome], Completion],
 ) -> Generator[StreamChunk]:
-    """Turn (token, arrival time) pairs into chunks of text.
+    """Turn batches of (token, arrival time) pairs, as the engine hands them over, into chunks
+    of text: one chunk per batch.
 
     Stops at an end token (not emitted, not counted), after the token that completes a stop
-    sequence (the text is cut before it), or after `max_tokens` tokens; the token iterator is
+    sequence (the text is cut before it), or after `max_tokens` tokens; the batch iterator is
     closed then, so that an engine can free the sequence. The last chunk carries
-    `finish(outcome)`."""
+    `finish(outcome)`. A batch that holds no end token, completes no stop sequence and stays
+    under `max_tokens` is decoded at once (a batching engine hands a stream dozens of tokens at
+    a time under load: per-token work there took a fifth of a server's interpreter); one that
+    ends the stream is taken token by token, to stop at the token that ends it."""
     text_bytes, text, emitted = b"", "", 0
     times: list[float] = []
     finish_reason = "length"
     longest_stop = max((len(s) for s in stop), default=0)
     try:
-        for token, time_s in tokens:
-            if is_end(token):
-                finish_reason = "stop"
-                break
-            times.append(time_s)
+        for batch in batches:
+            if not batch:
+                continue
             searched_from = max(0, len(text) - longest_stop)
-            text_bytes += piece(token)
-            text = text_bytes.decode("utf-8", errors="ignore")
-            cut = min((i for s in stop if (i := text.find(s, searched_from)) >= 0), default=-1)
-            if cut >= 0:
-                text, finish_reason = text[:cut], "stop"
-            safe = len(text) - held_back(text, stop)
-            if safe > emitted:
-                yield StreamChunk(text[emitted:safe], time_s)
-                emitted = safe
-            if finish_reason == "stop" or len(times) >= max_tokens:
+            if len(times) + len(batch) < max_tokens and not any(is_end(t) for t, _ in batch):
+                grown = text_bytes + b"".join([piece(token) for token, _ in batch])
+                decoded = grown.decode("utf-8", errors="ignore")
+                if not any(decoded.find(s, searched_from) >= 0 for s in stop):
+                    text_bytes, text = grown, decoded
+                    times.extend([time_s for _, time_s in batch])
+                    safe = len(text) - held_back(text, stop)
+                    if safe > emitted:
+                        yield StreamChunk(text[emitted:safe], batch[-1][1])
+                        emitted = safe
+                    continue
+            ended = False
+            for token, time_s in batch:  # the batch ends the stream: find the token
+                if is_end(token):
+                    finish_reason, ended = "stop", True
+                    break
+                times.append(time_s)
+                searched_from = max(0, len(text) - longest_stop)
+                text_bytes += piece(token)
+                text = text_bytes.decode("utf-8", errors="ignore")
+                cut = min((i for s in stop if (i := text.find(s, searched_from)) >= 0), default=-1)
+                if cut >= 0:
+                    text, finish_reason = text[:cut], "stop"
+                safe = len(text) - held_back(text, stop)
+                if safe > emitted:
+                    yield StreamChunk(text[emitted:safe], time_s)
+                    emitted = safe
+                if finish_reason == "stop" or len(times) >= max_tokens:
+                    ended = True
+                    break
+            if ended:
                 break
     finally:
-        close = getattr(tokens, "close", None)
+        close = getattr(batches, "close", None)
         if close is not None:
             close()
     end_s = clock()
     outcome = Outcome(text, tuple(times), finish_reason, start_s, end_s)
     yield StreamChunk(text[emitted:], end_s, finish(outcome))
+
+
+def singly(tokens: Iterator[tuple[int, float]]) -> Generator[list[tuple[int, float]]]:
+    """Each (token, arrival time) as a batch of its own, for `stream_text` over an engine that
+    hands tokens over one at a time; closing it closes `tokens`."""
+    try:
+        for pair in tokens:
+            yield [pair]
+    finally:
+        close = getattr(tokens, "close", None)
+        if close is not None:
+            close()

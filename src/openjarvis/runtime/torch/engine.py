@@ -14,8 +14,10 @@ import os
 import socket
 import time
 from collections.abc import Generator, Iterator
+from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -128,7 +130,8 @@ class TorchEngine:
         if max_tokens < 1:
             self._check_fits(prompt, 0)
             return iter(())
-        return self._deliveries(self._submit(prompt, max_tokens, stop_tokens, temperature, seed))
+        sequence = self._submit(prompt, max_tokens, stop_tokens, temperature, seed)
+        return _one_by_one(self._deliveries(sequence))
 
     def logits(self, prompt: list[int]) -> torch.Tensor:
         """Float32 logits at every prompt position, [len(prompt), vocab], on the CPU: for
@@ -167,7 +170,8 @@ class TorchEngine:
         self._core.enqueue(sequence)
         return sequence
 
-    def _deliveries(self, sequence: Sequence) -> Generator[tuple[int, float]]:
+    def _deliveries(self, sequence: Sequence) -> Generator[list[tuple[int, float]]]:
+        """The sequence's tokens, a batch per hand-over (its end, None, comes last)."""
         try:
             while True:
                 batch = sequence.outbox.get()
@@ -175,10 +179,11 @@ class TorchEngine:
                     raise UserError(str(batch))
                 if isinstance(batch, BaseException):
                     raise RuntimeError(f"the torch engine failed: {batch}") from batch
-                for item in batch:
-                    if item is None:
-                        return
-                    yield item
+                if batch and batch[-1] is None:
+                    if len(batch) > 1:
+                        yield cast(list[tuple[int, float]], batch[:-1])
+                    return
+                yield cast(list[tuple[int, float]], batch)
         finally:
             self._core.cancel(sequence)  # a consumer that leaves early frees its sequence
 
@@ -256,6 +261,13 @@ class TorchEngine:
 
     def close(self) -> None:
         self._core.close()
+
+
+def _one_by_one(batches: Generator[list[tuple[int, float]]]) -> Generator[tuple[int, float]]:
+    """The tokens of each hand-over in turn; closing it closes `batches` (frees the sequence)."""
+    with closing(batches):
+        for batch in batches:
+            yield from batch
 
 
 def _mean_batch(pieces: list[WorkPiece]) -> float | None:
