@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from openjarvis.power.edges import Knot
+from openjarvis.power.refresh_clock import RefreshClock
 from openjarvis.power.sources import EnergySource, ReadError
 from openjarvis.power.types import PowerSample
 
-__all__ = ["RefreshClock", "Track", "TrackReading", "energy_between"]
+__all__ = ["Track", "TrackReading", "energy_between"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,112 +44,6 @@ def energy_between(start: TrackReading, end: TrackReading) -> tuple[float | None
     return end.energy_j - start.energy_j, None
 
 
-class RefreshClock:
-    """When a stepping counter refreshes: a period and the time of one refresh (the phase).
-
-    A read that sees the value step brackets a refresh between the previous read and itself;
-    a narrow bracket (reads `margin_s` either side) pins the phase. Once pinned, the counter is
-    read every `stride` refreshes halfway between two of them, where a read is cheapest and the
-    value is that of the refresh just passed; every `check_every` refreshes a read just before
-    and one just after an expected refresh pin the phase again against drift. Until the phase
-    is known, or when a refresh came where none was expected, reads come every `margin_s`.
-    """
-
-    # Defaults measured on an H200 (docs/benchmarks.md): an NVML energy read costs ~4 ms of
-    # CPU, several times that when it lands near a refresh; every third refresh keeps the
-    # sampler under 2 % of a core; the period is stable (100.000 ms), so pinning reads are rare.
-    def __init__(
-        self, period_s: float, margin_s: float = 0.008, check_every: int = 20, stride: int = 3
-    ) -> None:
-        self.period_s = period_s
-        self.margin_s = margin_s
-        self.check_every = check_every
-        self.stride = stride  # read every stride-th refresh
-        self.phase_s: float | None = None
-        self._anchor_s: float | None = None  # the first pinned refresh, for the period
-        self._refreshes = 0
-        self._stage = "learn"  # learn | steady | before (read just before) | after | late
-        # A caller waits for a refresh at or after this time: read right after it.
-        self.wanted_s: float | None = None
-        # What the reads were spent on (benchmarks/power_sampler_cost.py reports them).
-        self.late_reads = 0
-        self.relearns = 0
-
-    @property
-    def narrow_s(self) -> float:
-        """The widest bracket that pins a refresh: a read on each side, each a margin away, plus
-        a read's own time."""
-        return 3 * self.margin_s
-
-    @property
-    def uncertainty_s(self) -> float:
-        """How far a placed refresh may be from the true one (half the widest pinning bracket)."""
-        return 0.5 * self.narrow_s
-
-    def refresh_in(self, low_s: float, high_s: float) -> float:
-        """The time of the latest refresh known to lie in (low_s, high_s]."""
-        if self.phase_s is not None:
-            count = (high_s - self.phase_s) // self.period_s
-            grid_s = self.phase_s + count * self.period_s
-            if low_s < grid_s <= high_s:
-                return grid_s
-        return 0.5 * (low_s + high_s)
-
-    def observe(self, low_s: float, high_s: float, stepped: bool) -> None:
-        """A read sampled the counter in (low_s, high_s] after the previous read sampled it."""
-        stage = self._stage
-        if stepped:
-            self._refreshes += 1
-            if high_s - low_s <= self.narrow_s:
-                self._pin(0.5 * (low_s + high_s))
-                self._stage = "steady"
-            elif stage == "before":
-                self._relearn()  # stepped earlier than expected
-            elif stage in ("after", "late"):
-                self._stage = "steady"
-            return
-        if stage == "before":
-            self._stage = "after"
-        elif stage in ("after", "late"):
-            self._stage = "late"
-            self.late_reads += 1
-        elif stage == "steady" and self.wanted_s is not None:
-            self._stage = "late"  # read just after a wanted refresh, which has not come yet
-        elif stage == "steady":
-            self._relearn()  # half a period after the expected refresh and still no step
-
-    def _relearn(self) -> None:
-        self.phase_s = None
-        self._stage = "learn"
-        self.relearns += 1
-
-    def _pin(self, refresh_s: float) -> None:
-        if self._anchor_s is None:
-            self._anchor_s = refresh_s
-        else:
-            count = round((refresh_s - self._anchor_s) / self.period_s)
-            if count >= 10:
-                self.period_s = (refresh_s - self._anchor_s) / count
-        self.phase_s = refresh_s
-
-    def next_read_s(self, now_s: float) -> float:
-        """When to read next, given that the latest read ended at `now_s`."""
-        if self.phase_s is None or self._stage in ("learn", "late"):
-            return now_s + self.margin_s
-        next_s = self.phase_s + ((now_s - self.phase_s) // self.period_s + 1) * self.period_s
-        if self._stage == "after":
-            return next_s + self.margin_s
-        if self.wanted_s is not None:
-            wanted_s = (
-                self.phase_s - ((self.phase_s - self.wanted_s) // self.period_s) * self.period_s
-            )
-            return max(now_s, wanted_s + self.margin_s)
-        if self._refreshes % self.check_every == 0 and next_s - self.margin_s > now_s:
-            self._stage = "before"  # no refresh lies between the last read and this one
-            return next_s - self.margin_s
-        return next_s + (self.stride - 0.5) * self.period_s
-
-
 class Track:
     """Turns one source's raw reads into a continuous cumulative energy, thread-safely."""
 
@@ -167,6 +62,7 @@ class Track:
         self._last_value: float | None = None  # None: the next read starts afresh
         self._last_time_s = 0.0
         self._last_sampled_s = float("-inf")  # earliest instant the last read may have sampled
+        self._value_since_s = float("-inf")  # the end of the first read of the latest value
         self._fault_count = 0
         self._reason: str | None = None
         self._read_count = 0
@@ -206,7 +102,7 @@ class Track:
                     self._energy_j += 0.5 * (previous + value) * gap_s
                 else:
                     self._add_counter_delta(value - previous, gap_s, now_s)
-            self._place_knot(previous, value, now_s if edge_s is None else edge_s)
+            self._place_knot(previous, value, before_s, now_s if edge_s is None else edge_s)
             self._last_value, self._last_time_s = value, now_s
             self._last_sampled_s = before_s
             self._read_count += 1
@@ -214,18 +110,22 @@ class Track:
                 self.next_due_s = self.refresh.next_read_s(now_s)
             return self._reading(now_s, ok=True)
 
-    def _place_knot(self, previous: float | None, value: float, now_s: float) -> None:
+    def _place_knot(
+        self, previous: float | None, value: float, before_s: float, now_s: float
+    ) -> None:
         if self.refresh is None:
             if self._knots and now_s <= self._knots[-1].time_s:
                 now_s = self._knots[-1].time_s  # reads from two threads: keep times in order
             self._add_knot(Knot(now_s, self._energy_j))
             return
+        stepped = value != previous
+        since_s, last_read = self._value_since_s, (self._last_sampled_s, self._last_time_s)
+        if stepped or previous is None:
+            self._value_since_s = now_s
         if previous is None:
             return  # the value of a refresh at an unknown time before this read
-        stepped = value != previous
-        self.refresh.observe(self._last_sampled_s, now_s, stepped)
-        if stepped and self._last_value is not None:
-            time_s = self.refresh.refresh_in(self._last_sampled_s, now_s)
+        time_s = self.refresh.observe(last_read, (before_s, now_s), since_s, stepped)
+        if time_s is not None:
             if self._knots and time_s <= self._knots[-1].time_s:
                 time_s = 0.5 * (self._knots[-1].time_s + now_s)
             self._add_knot(Knot(time_s, self._energy_j))
