@@ -9,7 +9,8 @@ sampler is driven by hand: it reads the counter when the delay its last poll ret
 passed, or at once when the meter wakes it (a window's end that moves a read earlier, a step
 landing that a pass waited for), as its thread would. The clock is fake, so the CPU per
 simulated second is what the same work would cost in real time; the script's own engine loop
-is not counted.
+is not counted. With `--readers`, each request's result is read as it ends, as a server reads
+every reply's, waking the sampler as `Meter._wait_published` once did (one more pass each).
 
 Run: `.venv/bin/python benchmarks/power_accounting.py [--seconds 10] [--step-ms 3]`; run it at
 two commits to compare them (docs/benchmarks.md).
@@ -18,10 +19,11 @@ two commits to compare them (docs/benchmarks.md).
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from openjarvis.power import Meter
+from openjarvis.power import Meter, WindowHandle
 from openjarvis.runtime.ledger import StepLedger, WorkPiece
 
 # The fakes live in tests/fakes, importable from the repository root.
@@ -47,11 +49,17 @@ class DrivenMeter(Meter):
 
 
 def accounting_share(
-    in_flight: int, seconds: float, step_s: float, tokens: int, estimate_cpu: bool = False
-) -> float:
-    """The accountant's CPU seconds per simulated second with `in_flight` requests; with
-    `estimate_cpu`, the CPU estimate beside the GPU's counter (read at every window's edge,
-    as on a machine without a readable RAPL counter)."""
+    in_flight: int,
+    seconds: float,
+    step_s: float,
+    tokens: int,
+    estimate_cpu: bool = False,
+    readers: bool = False,
+) -> tuple[float, float]:
+    """The accountant's CPU seconds per simulated second with `in_flight` requests, and its
+    passes per simulated second; with `estimate_cpu`, the CPU estimate beside the GPU's counter
+    (read at every window's edge, as on a machine without a readable RAPL counter); with
+    `readers`, the sampler woken at each request's end while its result is not published."""
     patch = pytest.MonkeyPatch()
     try:
         clock = FakeClock()
@@ -61,9 +69,10 @@ def accounting_share(
             "accelerator", "/nonexistent", estimate_cpu=estimate_cpu, clock=clock, sleep=clock.sleep
         )
         due_s = clock.now_s
+        passes = 0
 
         def spend(span_s: float) -> None:
-            nonlocal due_s
+            nonlocal due_s, passes
             end_s = clock.now_s + span_s
             while clock.now_s < end_s - 1e-12:
                 if meter._wake.is_set():  # woken: the sampler's thread would poll now
@@ -71,6 +80,7 @@ def accounting_share(
                     due_s = clock.now_s
                 if clock.now_s >= due_s:
                     due_s = clock.now_s + max(meter.poll(), 1e-4)
+                    passes += 1
                 clock.advance(min(due_s, end_s) - clock.now_s)
 
         spend(0.5)
@@ -80,31 +90,34 @@ def accounting_share(
         ledger = StepLedger(clock)
         meter.follow(ledger)
         ledger.busy()
-        running: list[tuple[object, list[WorkPiece], list[int]]] = []
+        running: list[tuple[Any, WindowHandle, list[WorkPiece], list[int]]] = []
 
         def start(done: int) -> None:
             context = meter.window("request")
             handle = context.__enter__()
             work: list[WorkPiece] = []
             ledger.attach(handle.key, work)
-            running.append((context, work, [done]))
+            running.append((context, handle, work, [done]))
 
         for i in range(in_flight):
             start(i * tokens // in_flight)
-        before_s = meter.accounting_cpu_s
+        before_s, passes = meter.accounting_cpu_s, 0
         for _ in range(round(seconds / step_s)):
             start_s = clock.now_s
             spend(step_s)
             piece = WorkPiece(start_s, clock.now_s, 1.0 / len(running), len(running))
-            for _, work, done in running:
+            for _, _, work, done in running:
                 work.append(piece)
                 done[0] += 1
             ledger.landed(clock.now_s)
-            for entry in [e for e in running if e[2][0] >= tokens]:
-                entry[0].__exit__(None, None, None)  # type: ignore[attr-defined]  # a context
+            for entry in [e for e in running if e[3][0] >= tokens]:
+                context, handle = entry[0], entry[1]
+                context.__exit__(None, None, None)
+                if readers and not handle.resolved.is_set():
+                    meter._wake.set()  # its reader waits: the sampler used to be woken
                 running.remove(entry)
                 start(0)
-        return (meter.accounting_cpu_s - before_s) / seconds
+        return (meter.accounting_cpu_s - before_s) / seconds, passes / seconds
     finally:
         patch.undo()
 
@@ -118,13 +131,23 @@ def main() -> None:
     parser.add_argument(
         "--estimate-cpu", action="store_true", help="the CPU estimate too (no RAPL, as a VM)"
     )
+    parser.add_argument(
+        "--readers",
+        action="store_true",
+        help="wake the sampler at each request's end, as a reader of its result once did",
+    )
     args = parser.parse_args()
-    print("in flight | accounting, % of a core")
+    print("in flight | accounting, % of a core | passes/s")
     for in_flight in (int(n) for n in args.in_flight.split(",")):
-        share = accounting_share(
-            in_flight, args.seconds, args.step_ms / 1e3, args.tokens, args.estimate_cpu
+        share, passes_per_s = accounting_share(
+            in_flight,
+            args.seconds,
+            args.step_ms / 1e3,
+            args.tokens,
+            args.estimate_cpu,
+            args.readers,
         )
-        print(f"{in_flight:9d} | {100 * share:.2f}")
+        print(f"{in_flight:9d} | {100 * share:24.2f} | {passes_per_s:8.0f}")
 
 
 if __name__ == "__main__":

@@ -14,10 +14,12 @@ from openjarvis.power.edges import (
     Piece,
     Share,
     Span,
+    StepTally,
     _Runs,
     _union_s,
     _work_claim_s,
     attribute,
+    mean_batch,
 )
 from openjarvis.power.types import SourceEnergy
 
@@ -121,16 +123,18 @@ def straightforward(
     return shares
 
 
-def engine(rng: random.Random) -> tuple[list[Span], float]:
+def engine(rng: random.Random, batches: bool = False) -> tuple[list[Span], float]:
     """Windows on one batching engine: steps one after another (a gap now and then), each
     sequence in the steps of its time but a skipped one now and then; most rows share their
     step's piece, some are equal copies of it, some have a share of their own; a few windows
-    the engine does not report, or that it reports and that waited. Returns them and the end."""
+    the engine does not report, or that it reports and that waited. Returns them and the end.
+    `batches`: steps of 1 to 64 sequences (else 8 each)."""
     steps, time_s = [], 0.0
     for _ in range(rng.randint(20, 120)):
         time_s += rng.choice([0.0, 0.0, 0.0, rng.uniform(0.0, 0.01)])
         length_s = rng.uniform(0.0005, 0.005)
-        steps.append(Piece(time_s, time_s + length_s, 1 / 8, 8))
+        batch = rng.randint(1, 64) if batches else 8
+        steps.append(Piece(time_s, time_s + length_s, 1 / batch, batch))
         time_s += length_s
     spans = []
     for _ in range(rng.randint(1, 40)):
@@ -146,7 +150,7 @@ def engine(rng: random.Random) -> tuple[list[Span], float]:
                     if row < 0.1:
                         step = Piece(step.start_s, step.end_s, step.share, step.batch)
                     elif row < 0.15:
-                        step = Piece(step.start_s, step.end_s, rng.uniform(0.05, 1.0), 8)
+                        step = Piece(step.start_s, step.end_s, rng.uniform(0.05, 1.0), step.batch)
                     work.append(step)
         split_s = rng.choice([None, rng.uniform(start_s, min(end_s, time_s + 0.01))])
         spans.append(Span(start_s, end_s, split_s, work, reported=kind > 0.07))
@@ -207,6 +211,33 @@ def test_a_run_found_in_the_longest_is_checked_step_by_step() -> None:
     assert runs.claim_s(steps) == pytest.approx(0.3)
     assert runs.claim_s(steps[1:4]) == pytest.approx(0.15)
     assert runs.claim_s([steps[1], other, steps[3]]) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_mean_batch_tallied_as_intervals_are_split_equals_one_over_all_steps(
+    seed: int,
+) -> None:
+    """Each window's steps counted as the accountant splits its intervals one at a time
+    (knots that cut steps, intervals inside a step, steps before the first knot or after the
+    last counted only at publication, windows with no steps, one whose steps come as a fresh
+    list at each split as several sequences' do) against `mean_batch` over all its steps."""
+    rng = random.Random(seed)
+    spans, end_s = engine(rng, batches=True)
+    for span in spans:
+        span.tally = StepTally()
+    times_s = sorted(rng.uniform(-0.02, end_s + 0.02) for _ in range(rng.randint(2, 40)))
+    knots = [Knot(time_s, 10.0 * i) for i, time_s in enumerate(times_s)]
+    merged = rng.choice(spans)
+    for first, last in itertools.pairwise(knots):
+        merged.work = list(merged.work)  # a fresh list, as the ledger merges several
+        inside = [s for s in spans if s.start_s < last.time_s and s.end_s > first.time_s]
+        attribute([first, last], rng.sample(inside, len(inside)), rng.choice([None, 100.0]))
+    for span in spans:
+        assert span.tally is not None
+        want = mean_batch(span.work)
+        got = span.tally.mean_batch(span.work)
+        assert (got is None) == (want is None)
+        assert got == pytest.approx(want, **CLOSE)
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -16,7 +16,6 @@ from openjarvis.power.edges import (
     Span,
     attribute,
     before_split_fraction,
-    mean_batch,
 )
 from openjarvis.power.track import Track
 from openjarvis.power.types import Scope, SourceEnergy, WindowEnergy
@@ -139,7 +138,7 @@ class Accountant:
         if window.key is None or self.ledger is None:
             return Span(window.start_s, end_s)
         work = self.ledger.pieces(window.key)
-        return Span(window.start_s, end_s, None, work, reported=True)
+        return Span(window.start_s, end_s, None, work, reported=True, tally=window.tally)
 
     def publish(self, now_s: float) -> list[WindowHandle]:
         """Publish each closed window whose sources are all decided, to its end and then with
@@ -210,7 +209,7 @@ class Accountant:
         elif window.key is None or self.ledger is None:
             batch = None
         else:
-            batch = mean_batch(self.ledger.pieces(window.key))
+            batch = window.tally.mean_batch(self.ledger.pieces(window.key))
         return WindowEnergy(
             label=window.label,
             start_s=window.start_s,

@@ -20,6 +20,7 @@ __all__ = [
     "Piece",
     "Share",
     "Span",
+    "StepTally",
     "WorkStep",
     "attribute",
     "before_split_fraction",
@@ -93,6 +94,31 @@ def mean_batch(pieces: Sequence[WorkStep]) -> float | None:
     return sum([piece.batch_s for piece in pieces]) / seconds
 
 
+@dataclass(slots=True)
+class StepTally:
+    """A window's steps summed for its mean batch as its intervals are split, so that its
+    publication only divides: the time and batch * time of the first `counted` steps of
+    `steps`, the list the ledger gave (one sequence's own record, which only grows). A window
+    whose steps came as another list (several sequences, merged afresh at each call) is
+    `lost`: its mean batch is taken from all its steps at publication."""
+
+    steps: Sequence[WorkStep] | None = None
+    counted: int = 0
+    length_s: float = 0.0
+    batch_s: float = 0.0
+    lost: bool = False
+
+    def mean_batch(self, steps: Sequence[WorkStep]) -> float | None:
+        """`mean_batch(steps)` from the sums so far and the steps not counted yet."""
+        if self.lost or steps is not self.steps:  # another list, or nothing counted yet
+            return mean_batch(steps)
+        rest = steps[self.counted :]
+        length_s = self.length_s + sum([step.length_s for step in rest])
+        if length_s <= 0:  # steps too short for the clock: mean_batch counts them alike
+            return mean_batch(steps)
+        return (self.batch_s + sum([step.batch_s for step in rest])) / length_s
+
+
 @dataclass(frozen=True, slots=True)
 class Knot:
     """The counter's cumulative energy at one instant: a refresh, or a read of a counter that
@@ -114,6 +140,7 @@ class Span:  # a frozen dataclass's __init__ takes three times as long
     split_s: float | None = None
     work: Sequence[WorkStep] = ()
     reported: bool = False
+    tally: StepTally | None = None  # the window's steps counted for its mean batch so far
 
 
 @dataclass(slots=True)
@@ -235,6 +262,9 @@ def _work_claims_s(
         if first >= last:
             continue
         claim_s = runs.claim_s(work[first:last])
+        tally = span.tally
+        if tally is not None and tally.counted < last and not tally.lost:
+            runs.count(tally, work, first, last)
         if (first + 1 < last and work[first + 1].start_s < low) or (
             last - 2 >= first and work[last - 2].end_s > high
         ):  # several steps cut at an edge (a window's sequences in one step)
@@ -290,12 +320,16 @@ class _Runs:
     often a part of the longest one: found in it by its first step and compared item by item
     (at C speed: the same objects, or steps equal in every field, whose claims are then equal
     too), it is summed from the running sums of the longest run's claims. Give it the longest
-    first."""
+    first. The same running sums of the steps' time and batch * time count each window's new
+    steps for its mean batch (`count`)."""
 
     def __init__(self) -> None:
         self._steps: Sequence[WorkStep] = ()  # the longest run so far
         self._sums_s: list[float] = [0.0]  # the claims of its first i steps, for each i
         self._at: dict[int, int] | None = None  # a step's id: its place (made once looked in)
+        self._place: int | None = None  # where the run last summed lies in the longest
+        # The time and batch * time of the longest's first i steps (made once counted from).
+        self._batch_sums: tuple[list[float], list[float]] | None = None
 
     def claim_s(self, steps: Sequence[WorkStep]) -> float:
         """The sum of the whole claims of `steps` (a run of one span's steps, in time order)."""
@@ -304,13 +338,42 @@ class _Runs:
         at = self._at.get(id(steps[0]))
         end = len(steps) if at is None else at + len(steps)
         if at is not None and self._steps[at:end] == steps:
+            self._place = at
             return self._sums_s[end] - self._sums_s[at]
         # A comprehension reads the fields faster than map(attrgetter) (Python 3.11).
         claims_s = [step.claim_s for step in steps]
+        self._place = None
         if len(steps) > len(self._steps):
-            self._steps, self._at = steps, None
+            self._steps, self._at, self._batch_sums, self._place = steps, None, None, 0
             self._sums_s = list(itertools.accumulate(claims_s, initial=0.0))
         return sum(claims_s)
+
+    def count(self, tally: StepTally, work: Sequence[WorkStep], first: int, last: int) -> None:
+        """Add work[tally.counted:last] to the tally, where work[first:last] is the run last
+        given to `claim_s`: from the longest run's running sums where the run lies in it and
+        the tally reaches into it (steps cut by the interval's start were counted before),
+        else step by step."""
+        if tally.steps is not work:
+            if tally.steps is not None:  # another list: the sums so far are of other steps
+                tally.lost = True
+                return
+            tally.steps = work
+        counted, place = tally.counted, self._place
+        if place is not None and counted >= first:
+            if self._batch_sums is None:
+                self._batch_sums = (
+                    list(itertools.accumulate([s.length_s for s in self._steps], initial=0.0)),
+                    list(itertools.accumulate([s.batch_s for s in self._steps], initial=0.0)),
+                )
+            lengths_s, batches_s = self._batch_sums
+            low, high = place + counted - first, place + last - first
+            tally.length_s += lengths_s[high] - lengths_s[low]
+            tally.batch_s += batches_s[high] - batches_s[low]
+        else:
+            steps = work[counted:last]
+            tally.length_s += sum([step.length_s for step in steps])
+            tally.batch_s += sum([step.batch_s for step in steps])
+        tally.counted = last
 
 
 # Keys read at C speed (bisect calls its key at every probe).

@@ -389,7 +389,11 @@ class Meter:
         if event.is_set():
             return
         if self.running:
-            self._wake.set()
+            # The sampler is not woken: what publishes the window has its pass coming already
+            # (the window's end hurried the reads that cover it, or woke the sampler where
+            # they were there; a pass waiting for the ledger is called back as steps land; a
+            # counter that stopped refreshing is decided by time in the passes of its planned
+            # reads), so a wake here was one more pass for every reply read (a server's).
             while not event.wait(timeout=1.0):
                 self._raise_sampler_error()  # a dead sampler publishes nothing: say why
             return
