@@ -78,6 +78,11 @@ def run_batch(engine: object, batch: int, prompt: int, tokens: int, handle: obje
     decode_start = max(t[0] for t in times)  # every sequence has its first token
     decoded = sum(sum(1 for x in t if x > decode_start) for t in times)
     decode_s = end_s - decode_start
+    # While every sequence decodes: from the last first token to the first sequence's end (the
+    # prompts are prefilled over several steps, so the sequences start and end staggered and
+    # the batch runs below `batch` rows before the first and after the last of them).
+    full_end = min(t[-1] for t in times)
+    full = sum(sum(1 for x in t if decode_start < x <= full_end) for t in times)
     output = sum(len(t) for t in times)
     energy_j = (end_mj - start_mj) / 1e3
     return {
@@ -85,6 +90,8 @@ def run_batch(engine: object, batch: int, prompt: int, tokens: int, handle: obje
         "output_tokens": output,
         "wall_s": end_s - start_s,
         "decode_tokens_per_s": decoded / decode_s,
+        "full_batch_tokens_per_s": full / (full_end - decode_start) if full else None,
+        "first_token_spread_s": decode_start - min(t[0] for t in times),
         "tokens_per_s": output / (end_s - start_s),
         "joules": energy_j,
         "joules_per_token": energy_j / output,
@@ -137,6 +144,8 @@ def main() -> None:
         step_bytes = engine.weight_bytes() + batch * engine.kv_bytes(mean_context)
         row["roofline_tokens_per_s"] = batch * bandwidth / step_bytes
         row["roofline_share"] = row["decode_tokens_per_s"] / row["roofline_tokens_per_s"]
+        full = row["full_batch_tokens_per_s"]
+        row["full_batch_share"] = None if full is None else full / row["roofline_tokens_per_s"]
         results.append(row)
         print(json.dumps(row))
     one = results[0]
@@ -145,11 +154,18 @@ def main() -> None:
         f"\n{args.preset}: load {load_s:.0f} s, copy bandwidth {bandwidth / 1e12:.2f} TB/s, "
         f"steps in {where}"
     )
-    print("batch  decode tok/s  roofline  share  J/token  W      tok/s ratio  J/token ratio")
+    print(
+        "batch  decode tok/s  roofline  share  all decoding: tok/s  share  first tokens spread"
+        "  J/token  W      tok/s ratio  J/token ratio"
+    )
     for row in results:
+        full, full_share = row["full_batch_tokens_per_s"], row["full_batch_share"]
         print(
             f"{row['batch']:5d}  {row['decode_tokens_per_s']:12.1f}  "
             f"{row['roofline_tokens_per_s']:8.0f}  {row['roofline_share']:5.2f}  "
+            f"{'-' if full is None else f'{full:19.1f}'}  "
+            f"{'-' if full_share is None else f'{full_share:5.2f}'}  "
+            f"{1e3 * row['first_token_spread_s']:16.1f} ms  "
             f"{row['joules_per_token']:7.4f}  {row['mean_power_w']:5.0f}  "
             f"{row['decode_tokens_per_s'] / one['decode_tokens_per_s']:11.1f}  "
             f"{one['joules_per_token'] / row['joules_per_token']:13.1f}"
