@@ -1,6 +1,6 @@
 """What the power sampler costs on a real GPU: NVML reads per second, CPU per read, and the
-sampler thread's share of a core, for a few settings of its refresh clock (margin around the
-expected refresh, refreshes per read), idle and under a load of short bursts.
+sampler thread's share of a core, for a few settings of its refresh clock (the margin between
+reads while it learns the refresh, refreshes per read), idle and under a load of short bursts.
 
 Run on a machine with an NVIDIA GPU, torch and nvidia-ml-py:
 `PYTHONPATH=src python3 benchmarks/power_sampler_cost.py [--seconds 8]`.

@@ -1,7 +1,8 @@
-"""The refresh clock against reads that take time, as NVML's do on an H200: about 3.5 ms, but
-one started 3-16 ms after a refresh lasts until ~19 ms after it. With requests ending all the
-time (each waiting for its energy), every refresh is waited for: its new value is read where it
-first shows, not ~20 ms later, and each refresh is placed near its true time."""
+"""The refresh clock against reads that take time, a model of NVML's on an H200 (measured: a
+read takes 3-5 ms; one started 2 ms after a refresh is done ~5 ms after it, one started 4-16 ms
+after it lasts until 17-20 ms after it; the model: from 3 ms on, until 19 ms). With requests
+ending all the time (each waiting for its energy), every refresh is waited for: its new value is
+read where it first shows, not ~20 ms later, and each refresh is placed near its true time."""
 
 import random
 import statistics

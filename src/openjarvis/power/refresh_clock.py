@@ -29,8 +29,8 @@ class RefreshClock:
     bounds are placed, or when a read contradicts them, reads come every `margin_s`.
     """
 
-    # Defaults measured on an H200 (docs/benchmarks.md): an NVML energy read costs ~3-4 ms of
-    # CPU, but one started 4-16 ms after a refresh lasts until ~18-20 ms after it, while one
+    # Defaults measured on an H200 (docs/benchmarks.md): an NVML energy read costs ~3-5 ms of
+    # CPU, but one started 4-16 ms after a refresh lasts until ~17-20 ms after it, while one
     # started 1-2 ms after it is done 5-6 ms after it (benchmarks/nvml_read_latency.py); every
     # third refresh keeps the sampler under 2 % of a core; the period is stable (100.000 ms).
     def __init__(
@@ -208,8 +208,8 @@ class RefreshClock:
         """A new value where the bounds allowed none: they were wrong; start again."""
         if high_s - low_s <= self.narrow_s:
             self._place(low_s, high_s)
-            return 0.5 * (low_s + high_s)
-        self._relearn()
+        else:
+            self._relearn()
         return 0.5 * (low_s + high_s)
 
     def _relearn(self) -> None:
