@@ -84,7 +84,7 @@ def test_short_intervals_of_an_edge_read_source_split_once_a_refresh_and_still_a
     merged = staggered(gpu_and_estimate(monkeypatch, clock), clock, 20)
     merged_calls = len(calls)
     calls.clear()
-    monkeypatch.setattr(Accountant, "_merges", lambda self, low_s, time_s, faults: False)
+    monkeypatch.setattr(Accountant, "_merges", lambda self, *args: False)
     clock = FakeClock()
     each = staggered(gpu_and_estimate(monkeypatch, clock), clock, 20)
     # 40 edges in 0.15 s: an interval at each without merging, a few with it.
@@ -98,3 +98,41 @@ def test_short_intervals_of_an_edge_read_source_split_once_a_refresh_and_still_a
     assert sum(estimate[0]) > 0
     gpu = [[by_name(r.sources, f"nvml:{UUID}").energy_j for r in rs] for rs in (merged, each)]
     assert gpu[0] == pytest.approx(gpu[1], rel=1e-9)  # its knots are a refresh apart anyway
+
+
+def test_an_edge_read_source_under_load_ends_its_intervals_where_the_counter_reaches(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    meter = gpu_and_estimate(monkeypatch, clock)
+    gpu = meter._tracks[0]
+    contexts = [meter.window(f"request-{i}") for i in range(3)]
+    for context in contexts:
+        context.__enter__()
+    spend(meter, clock, 0.35)  # three windows open over a few refreshes
+    splits: list[tuple[float, float]] = []
+    split = accountant.attribute
+    monkeypatch.setattr(
+        accountant,
+        "attribute",
+        lambda knots, *rest: (
+            splits.append((knots[0].time_s, knots[-1].time_s)),
+            split(knots, *rest),
+        )[1],
+    )
+    for _ in range(3):
+        clock.advance(gpu.next_due_s - clock.now_s)
+        splits.clear()
+        meter.poll()  # the counter's read past a refresh, and the estimate's beside it
+        reach_s = meter._accountant.cursors[0].time_s
+        # The estimate's interval ends at its first knot at or past the counter's reach (its
+        # read in the same poll), once; the rest waits for the next refresh.
+        estimate_reach_s = meter._accountant.cursors[1].time_s
+        assert reach_s <= estimate_reach_s <= clock.now_s
+        assert [high for low, high in splits if high != reach_s] == [estimate_reach_s]
+        clock.advance(0.005)
+        contexts.append(meter.window("another"))
+        contexts[-1].__enter__()  # a knot of the estimate at its start
+        meter.poll()  # a pass with nothing new from the counter splits nothing of either
+        assert meter._accountant.cursors[1].time_s == estimate_reach_s
+    for context in contexts:
+        context.__exit__(None, None, None)

@@ -48,6 +48,29 @@ class Accountant:
         self.pending: list[WindowHandle] = []  # windows not settled yet, in opening order
         self.cursors: list[Knot | None] = [None] * len(self.tracks)  # the last knot split
         self.ledger: Ledger | None = None
+        # Counters that refresh now and then first: how far they reach in a pass decides how
+        # far a counter read at the windows' edges needs splitting in it (`_hold_from_s`).
+        self._order = sorted(range(len(self.tracks)), key=lambda i: not self.tracks[i].source.steps)
+
+    def account(self) -> bool:
+        """Split every source's new intervals; whether any was split."""
+        changed = False
+        for index in self._order:
+            changed |= self.account_track(index)
+        return changed
+
+    def _horizon_s(self, index: int) -> float | None:
+        """Where the refreshing counters' splits reach, for a source read at the windows' edges
+        (None: it is a refreshing counter, or no working one is in scope; a failing counter
+        decides its windows now). A window ending later waits for them anyway."""
+        if self.tracks[index].source.steps:
+            return None
+        reaches = [
+            cursor.time_s if cursor is not None else -math.inf
+            for track, cursor in zip(self.tracks, self.cursors, strict=True)
+            if track.source.steps and track.failing() is None
+        ]
+        return min(reaches, default=None)
 
     def account_track(self, index: int) -> bool:
         """Split one source's new intervals among the windows in them; whether any was split."""
@@ -60,10 +83,10 @@ class Accountant:
             cursor = knots[0]
         idle_w = self._idle_of(track.source.name)
         pad_s = track.refresh.uncertainty_s if track.refresh is not None else 0.0
-        last = knots[-1]
+        last, horizon_s = knots[-1], self._horizon_s(index)
         for knot in knots[1:]:
             low_s, high_s = cursor.time_s, knot.time_s
-            if knot is not last and self._merges(low_s, high_s, faults):
+            if self._merges(low_s, high_s, faults, horizon_s, knot is last):
                 continue  # the interval goes on past this knot
             inside = [
                 w
@@ -101,15 +124,33 @@ class Accountant:
         self.cursors[index] = cursor
         return cursor is not first
 
-    def _merges(self, low_s: float, time_s: float, faults: Sequence[tuple[float, str]]) -> bool:
+    def _merges(
+        self,
+        low_s: float,
+        time_s: float,
+        faults: Sequence[tuple[float, str]],
+        horizon_s: float | None,
+        last: bool,
+    ) -> bool:
         """Whether the interval from `low_s` goes on past a knot at `time_s` rather than end
         there: a counter read at every window's edge (always current) places a knot at each,
         and with many windows at once splitting each short interval among all of them costs
         the meter what its requests cost it squared. While more than one window is open the
-        split is by their work (or time) whatever the knots, so such an interval is split once
-        it is as long as the coarsest refresh in scope; a knot where at most one window is
-        open (one after another: exact edges), or a fault, always ends it."""
-        if time_s - low_s >= self.resolution_s or any(low_s <= t <= time_s for t, _ in faults):
+        split is by their work (or time) whatever the knots, so such an interval ends at the
+        first knot at or past `horizon_s` (where the refreshing counters in scope reach: one
+        split per refresh, no window waiting on it longer), or where none is, once it is as
+        long as the coarsest refresh in scope or at the last knot so far. A knot where at most
+        one window is open (one after another: exact edges), or a fault, always ends it; so
+        does twice the coarsest refresh (a refreshing counter that stalled)."""
+        length_s = time_s - low_s
+        if horizon_s is None:
+            if last or length_s >= self.resolution_s:
+                return False
+        elif low_s < horizon_s <= time_s or length_s >= 2 * self.resolution_s:
+            return False
+        elif last and time_s < horizon_s:
+            return False  # behind the refreshing counters: windows wait on it
+        if any(low_s <= t <= time_s for t, _ in faults):
             return False
         open_windows = 0
         for window in self.pending:

@@ -208,15 +208,22 @@ class Meter:
     def poll(self) -> float:
         """Read every source that is due; returns seconds until the next one is due."""
         now_s = self._clock()
+        stepped = False
         for track in self._tracks:
             if now_s >= track.next_due_s:
                 sample = track.trace_point(track.advance())
                 if track.refresh is None:  # a stepping counter schedules its own reads
                     track.next_due_s = now_s + track.sample_period_s
+                else:
+                    stepped = True
                 if sample is not None:
                     with self._trace_lock:
                         self.dropped_samples += len(self._trace) == self._trace.maxlen
                         self._trace.append(sample)
+        if stepped:
+            # A knot of each source read at the edges past a refresh just read, so that its
+            # intervals end there, once a refresh (`Accountant._merges`).
+            self._read_edges()
         self._account()
         if not self._tracks:
             return 1.0
@@ -417,8 +424,7 @@ class Meter:
             if owner is not None and owner.end_s is not None and now_s >= owner.end_s + TAIL_S:
                 self._close_tail(owner.end_s + TAIL_S)
                 changed = True
-            for index in range(len(self._tracks)):
-                changed |= self._accountant.account_track(index)
+            changed |= self._accountant.account()
             faults = sum(track.fault_count for track in self._tracks)
             # After the split: a window's publication time is when its energy is known.
             now_s = self._clock()
