@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from openjarvis.power.accounting import LOW_RESOLUTION_PERIODS, sum_scope
 from openjarvis.power.edges import (
     Knot,
-    Share,
     Span,
     attribute,
     before_split_fraction,
@@ -51,12 +50,15 @@ class Accountant:
         # Counters that refresh now and then first: how far they reach in a pass decides how
         # far a counter read at the windows' edges needs splitting in it (`_hold_from_s`).
         self._order = sorted(range(len(self.tracks)), key=lambda i: not self.tracks[i].source.steps)
+        self._spans: dict[int, Span] = {}  # id(window): its span, made once a pass
 
     def account(self) -> bool:
         """Split every source's new intervals; whether any was split."""
         changed = False
+        self._spans.clear()
         for index in self._order:
             changed |= self.account_track(index)
+        self._spans.clear()
         return changed
 
     def _horizon_s(self, index: int) -> float | None:
@@ -103,14 +105,19 @@ class Accountant:
             fault = next((reason for time_s, reason in faults if low_s <= time_s <= high_s), None)
             shares = None
             if windows and fault is None:
-                shares = attribute([cursor, knot], [self._span(w) for w in windows], idle_w, pad_s)
+                spans = self._spans
+                made = [spans.get(id(w)) or self._span(w) for w in windows]
+                shares = attribute([cursor, knot], made, idle_w, pad_s)
             for position, window in enumerate(windows):
                 account = window.accounts[index]
                 if shares is None:  # the interval's energy is unknown
                     account.reason = account.reason or fault
                 else:
-                    share = shares[position]
-                    _add_share(account.share, share)
+                    share, total = shares[position], account.share
+                    total.energy_j += share.energy_j
+                    total.net_j += share.net_j
+                    total.tail_j += share.tail_j
+                    total.shared |= share.shared
                     if share.energy_j:
                         account.intervals.append((low_s, high_s, share.energy_j))
                 if position < len(inside) and not account.started:  # not the gap's owner
@@ -174,12 +181,16 @@ class Accountant:
         return max(closed, key=lambda w: w.end_s or 0.0, default=None)
 
     def _span(self, window: WindowHandle) -> Span:
-        """The window as `attribute` takes it; its prefill split is applied at publication."""
+        """The window as `attribute` takes it, kept for the rest of the pass (the ledger is
+        read once a pass for all sources); its prefill split is applied at publication."""
         end_s = window.end_s if window.end_s is not None else math.inf
         if window.key is None or self.ledger is None:
-            return Span(window.start_s, end_s)
-        work = self.ledger.pieces(window.key)
-        return Span(window.start_s, end_s, None, work, reported=True, tally=window.tally)
+            span = Span(window.start_s, end_s)
+        else:
+            work = self.ledger.pieces(window.key)
+            span = Span(window.start_s, end_s, None, work, reported=True, tally=window.tally)
+        self._spans[id(window)] = span
+        return span
 
     def publish(self, now_s: float) -> list[WindowHandle]:
         """Publish each closed window whose sources are all decided, to its end and then with
@@ -332,11 +343,3 @@ def _nothing_after_end(window: WindowHandle) -> bool:
         account.share.tail_j == 0 and (account.at_end is None or account.at_end == account.share)
         for account in window.accounts
     )
-
-
-def _add_share(total: Share, part: Share) -> None:
-    """Add one interval's share of a window to what the window has so far."""
-    total.energy_j += part.energy_j
-    total.net_j += part.net_j
-    total.tail_j += part.tail_j
-    total.shared |= part.shared

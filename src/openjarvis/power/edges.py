@@ -194,7 +194,15 @@ def attribute(
             continue
         energy_j = last.energy_j - first.energy_j
         low_s, high_s = first.time_s, last.time_s
-        owns = [_overlap_s(s.start_s, s.end_s, low_s, high_s) for s in spans]
+        # _overlap_s written out: a call per span costs as much as the rest of the line.
+        owns = [
+            max(
+                0.0,
+                (s.end_s if s.end_s < high_s else high_s)
+                - (s.start_s if s.start_s > low_s else low_s),
+            )
+            for s in spans
+        ]
         work_s = _work_claims_s(spans, owns, low_s, high_s)
         if sum(work_s) > 0:
             _split_by_work(shares, spans, low_s, high_s, energy_j, idle_power_w, owns, work_s)
