@@ -55,11 +55,14 @@ def accounting_share(
     tokens: int,
     estimate_cpu: bool = False,
     readers: bool = False,
+    first_token: bool = False,
 ) -> tuple[float, float]:
     """The accountant's CPU seconds per simulated second with `in_flight` requests, and its
     passes per simulated second; with `estimate_cpu`, the CPU estimate beside the GPU's counter
     (read at every window's edge, as on a machine without a readable RAPL counter); with
-    `readers`, the sampler woken at each request's end while its result is not published."""
+    `readers`, the sampler woken at each request's end while its result is not published; with
+    `first_token`, each request's first token marked at its first step's end (as a server
+    does), so its energy is split into prefill and decode at publication."""
     patch = pytest.MonkeyPatch()
     try:
         clock = FakeClock()
@@ -106,8 +109,10 @@ def accounting_share(
             start_s = clock.now_s
             spend(step_s)
             piece = WorkPiece(start_s, clock.now_s, 1.0 / len(running), len(running))
-            for _, _, work, done in running:
+            for _, handle, work, done in running:
                 work.append(piece)
+                if first_token and done[0] == 0:
+                    handle.mark_first_token(clock.now_s)  # its first step was its prefill
                 done[0] += 1
             ledger.landed(clock.now_s)
             for entry in [e for e in running if e[3][0] >= tokens]:
@@ -136,6 +141,11 @@ def main() -> None:
         action="store_true",
         help="wake the sampler at each request's end, as a reader of its result once did",
     )
+    parser.add_argument(
+        "--first-token",
+        action="store_true",
+        help="mark each request's first token (a server's windows: prefill and decode energy)",
+    )
     args = parser.parse_args()
     print("in flight | accounting, % of a core | passes/s")
     for in_flight in (int(n) for n in args.in_flight.split(",")):
@@ -146,6 +156,7 @@ def main() -> None:
             args.tokens,
             args.estimate_cpu,
             args.readers,
+            args.first_token,
         )
         print(f"{in_flight:9d} | {100 * share:24.2f} | {passes_per_s:8.0f}")
 

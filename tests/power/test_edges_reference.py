@@ -19,6 +19,7 @@ from openjarvis.power.edges import (
     _union_s,
     _work_claim_s,
     attribute,
+    before_split_fraction,
     mean_batch,
 )
 from openjarvis.power.types import SourceEnergy
@@ -179,12 +180,21 @@ def test_attribute_equals_the_straightforward_split_on_random_engines(seed: int)
         pad_s = rng.choice([0.0, 0.004])
         fast = attribute(knots, spans, idle_w, pad_s)
         assert_shares_equal(fast, straightforward(knots, spans, idle_w, pad_s))
-    # One interval at a time, as the accountant splits them: the same.
+    # One interval at a time, as the accountant splits them: the same. The accountant splits
+    # without the first token (known at publication) and takes the prefill part then, from the
+    # claim the split kept: the same as splitting with it.
+    unsplit = [Span(s.start_s, s.end_s, None, s.work, s.reported) for s in spans]
     for first, last in itertools.pairwise(knots):
-        assert_shares_equal(
-            attribute([first, last], spans, 100.0),
-            straightforward([first, last], spans, 100.0, 0.0),
-        )
+        want = straightforward([first, last], spans, 100.0, 0.0)
+        assert_shares_equal(attribute([first, last], spans, 100.0), want)
+        low_s, high_s = first.time_s, last.time_s
+        for span, share, reference in zip(
+            spans, attribute([first, last], unsplit, 100.0), want, strict=True
+        ):
+            if span.split_s is None or share.energy_j == 0:
+                continue
+            part = before_split_fraction(span, span.split_s, low_s, high_s, share.claim_s)
+            assert share.energy_j * part == pytest.approx(reference.before_split_j, **CLOSE)
 
 
 @pytest.mark.parametrize("seed", range(20))

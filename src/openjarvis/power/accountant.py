@@ -119,7 +119,7 @@ class Accountant:
                     total.tail_j += share.tail_j
                     total.shared |= share.shared
                     if share.energy_j:
-                        account.intervals.append((low_s, high_s, share.energy_j))
+                        account.intervals.append((low_s, high_s, share.energy_j, share.claim_s))
                 if position < len(inside) and not account.started:  # not the gap's owner
                     account.started = True
                     if low_s > window.start_s:  # the source missed the window's beginning
@@ -319,8 +319,8 @@ class Accountant:
         if window.split_s is not None:
             span = self._span(window)
             prefill_j = sum(
-                energy_j * before_split_fraction(span, window.split_s, low_s, high_s)
-                for low_s, high_s, energy_j in account.intervals
+                energy_j * before_split_fraction(span, window.split_s, low_s, high_s, claim_s)
+                for low_s, high_s, energy_j, claim_s in account.intervals
                 if low_s < window.split_s
             )
         return SourceEnergy(

@@ -157,10 +157,20 @@ class Share:
     tail_j: float = 0.0
     before_split_j: float = 0.0  # gross, window start to split
     shared: bool = False  # another window was in an interval that was split by work
+    # Its steps' claims (share * time) in the intervals split by work, for its prefill part
+    # later (`before_split_fraction`).
+    claim_s: float = 0.0
 
     def copy(self) -> "Share":
         """A copy of the share so far (copy.copy takes several times as long)."""
-        return Share(self.energy_j, self.net_j, self.tail_j, self.before_split_j, self.shared)
+        return Share(
+            self.energy_j,
+            self.net_j,
+            self.tail_j,
+            self.before_split_j,
+            self.shared,
+            self.claim_s,
+        )
 
 
 def _overlap_s(start_s: float, end_s: float, low_s: float, high_s: float) -> float:
@@ -232,10 +242,14 @@ def attribute(
     return shares
 
 
-def before_split_fraction(span: Span, split_s: float, low_s: float, high_s: float) -> float:
+def before_split_fraction(
+    span: Span, split_s: float, low_s: float, high_s: float, claim_s: float | None = None
+) -> float:
     """The part of a span's share of the interval [low_s, high_s] that came before `split_s`
-    (its first token): by its steps' claims where it did work in the interval, else by time."""
-    claim_s = _work_claim_s(span, span.end_s, low_s, high_s)
+    (its first token): by its steps' claims where it did work in the interval, else by time.
+    `claim_s`: its claim on the whole interval where known (`Share.claim_s`)."""
+    if claim_s is None or claim_s <= 0:
+        claim_s = _work_claim_s(span, span.end_s, low_s, high_s)
     if claim_s > 0:
         return _work_claim_s(span, split_s, low_s, high_s) / claim_s
     own_s = _overlap_s(span.start_s, span.end_s, low_s, high_s)
@@ -301,7 +315,8 @@ def _work_claim_s(
     last = bisect.bisect_left(work, high_s, lo=first, key=_start_s)
     if first >= last:
         return 0.0
-    claim_s = (_Runs() if runs is None else runs).claim_s(work[first:last])
+    steps = work[first:last]
+    claim_s = sum([step.claim_s for step in steps]) if runs is None else runs.claim_s(steps)
     return _cut_edges(work, first, last, claim_s, low_s, high_s)
 
 
@@ -438,6 +453,7 @@ def _split_by_work(
     for i in present:
         share, span, fraction = shares[i], spans[i], claims[i] / claimed_s
         share.shared |= len(present) > 1
+        share.claim_s += work_s[i]
         share.energy_j += pot_j * fraction
         if above_j is not None:
             share.net_j += above_j * fraction
