@@ -304,12 +304,12 @@ def run_level(
     max_tokens: int,
     pool: ProcessPoolExecutor,
     processes: int,
-    profile: Path | None,
+    profile: tuple[Path, int] | None,
 ) -> Level:
     """The clients, spread over `processes` processes, load the server for `seconds`; the level
-    ends when the last reply has. `profile`: py-spy records this (the server's) process and its
-    children for ten seconds in the middle of the level, threads holding the interpreter only
-    (the clients' processes are in it too)."""
+    ends when the last reply has. `profile` (file, samples a second): py-spy records this (the
+    server's) process and its children for ten seconds in the middle of the level, threads
+    holding the interpreter only (the clients' processes are in it too)."""
     level = Level(clients)
     meter = server.meter
     accounting_before_s = meter.accounting_cpu_s
@@ -334,9 +334,10 @@ def run_level(
     spy = None
     if profile is not None:
         time.sleep(min(2.0, seconds / 4))
+        path, rate = profile
         command = ["py-spy", "record", "--pid", str(os.getpid()), "--duration", "10", "--gil"]
         command += ["--subprocesses"]  # the torch engine's core, in its own process on a GPU
-        command += ["--format", "raw", "--output", str(profile), "--nonblocking"]
+        command += ["--rate", str(rate), "--format", "raw", "--output", str(path), "--nonblocking"]
         spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     observe = server.metrics.observe
 
@@ -544,6 +545,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=8, help="client processes, at most")
     parser.add_argument("--profile", type=Path, help="py-spy of the largest level (raw stacks)")
     parser.add_argument(
+        "--profile-rate", type=int, default=100, help="py-spy's samples a second (--profile)"
+    )
+    parser.add_argument(
         "--eager-prefill", action="store_true", help="torch: prefill steps without CUDA graphs"
     )
     parser.add_argument(
@@ -602,7 +606,7 @@ def main() -> None:
                         print(f"{clients} clients: more than the engine runs at once; skipped")
                         continue
                     processes = min(clients, args.processes)
-                    profile = args.profile if clients == largest else None
+                    profile = (args.profile, args.profile_rate) if clients == largest else None
                     level = run_level(
                         server,
                         base_url,
