@@ -56,13 +56,16 @@ def accounting_share(
     estimate_cpu: bool = False,
     readers: bool = False,
     first_token: bool = False,
+    prompt_tokens: int = 0,
 ) -> tuple[float, float]:
     """The accountant's CPU seconds per simulated second with `in_flight` requests, and its
     passes per simulated second; with `estimate_cpu`, the CPU estimate beside the GPU's counter
     (read at every window's edge, as on a machine without a readable RAPL counter); with
     `readers`, the sampler woken at each request's end while its result is not published; with
     `first_token`, each request's first token marked at its first step's end (as a server
-    does), so its energy is split into prefill and decode at publication."""
+    does), so its energy is split into prefill and decode at publication; with `prompt_tokens`,
+    each request's first step carries its prompt as rows of a decode step (as the torch engine
+    admits prompts), a piece of its own with that many tokens' share."""
     patch = pytest.MonkeyPatch()
     try:
         clock = FakeClock()
@@ -108,9 +111,17 @@ def accounting_share(
         for _ in range(round(seconds / step_s)):
             start_s = clock.now_s
             spend(step_s)
-            piece = WorkPiece(start_s, clock.now_s, 1.0 / len(running), len(running))
+            batch = len(running)
+            fresh = sum(done[0] == 0 for *_, done in running) if prompt_tokens else 0
+            tokens_in_step = batch - fresh + prompt_tokens * fresh
+            piece = WorkPiece(start_s, clock.now_s, 1.0 / tokens_in_step, batch)
             for _, handle, work, done in running:
-                work.append(piece)
+                if fresh and done[0] == 0:  # its prompt, as rows of the step: a piece of its own
+                    work.append(
+                        WorkPiece(start_s, clock.now_s, prompt_tokens / tokens_in_step, batch)
+                    )
+                else:
+                    work.append(piece)
                 if first_token and done[0] == 0:
                     handle.mark_first_token(clock.now_s)  # its first step was its prefill
                 done[0] += 1
@@ -146,6 +157,12 @@ def main() -> None:
         action="store_true",
         help="mark each request's first token (a server's windows: prefill and decode energy)",
     )
+    parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=0,
+        help="each request's prompt joins its first step as rows (its own piece of the step)",
+    )
     args = parser.parse_args()
     print("in flight | accounting, % of a core | passes/s")
     for in_flight in (int(n) for n in args.in_flight.split(",")):
@@ -157,6 +174,7 @@ def main() -> None:
             args.estimate_cpu,
             args.readers,
             args.first_token,
+            args.prompt_tokens,
         )
         print(f"{in_flight:9d} | {100 * share:24.2f} | {passes_per_s:8.0f}")
 

@@ -223,6 +223,27 @@ def test_a_run_found_in_the_longest_is_checked_step_by_step() -> None:
     assert runs.claim_s([steps[1], other, steps[3]]) == pytest.approx(0.2)
 
 
+def test_a_run_whose_first_step_is_its_own_is_summed_and_counted_from_the_longest() -> None:
+    """A prompt joining a decode step has a piece of its own there, then takes part in the
+    others' steps: its claim and mean batch come from the longest run's sums past that step."""
+    steps = [Piece(0.1 * i, 0.1 * (i + 1), 0.25, 4) for i in range(6)]
+    prompt = Piece(0.2, 0.3, 0.5, 4)  # the time of steps[2], a larger share
+    runs = _Runs()
+    assert runs.claim_s(steps) == pytest.approx(0.15)
+    joined = [prompt, *steps[3:]]
+    assert runs.claim_s(joined) == pytest.approx(0.05 + 3 * 0.025)
+    tally = StepTally()
+    runs.count(tally, joined, 0, len(joined))
+    assert (tally.length_s, tally.batch_s) == pytest.approx((0.4, 1.6))
+    assert tally.mean_batch(joined) == pytest.approx(mean_batch(joined))
+    # Its first step its own and another step inside: summed from its own steps.
+    other = [prompt, steps[3], Piece(0.4, 0.5, 1.0, 1), steps[5]]
+    assert runs.claim_s(other) == pytest.approx(0.05 + 0.025 + 0.1 + 0.025)
+    tally = StepTally()
+    runs.count(tally, other, 0, len(other))
+    assert tally.mean_batch(other) == pytest.approx(mean_batch(other))
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_the_mean_batch_tallied_as_intervals_are_split_equals_one_over_all_steps(
     seed: int,

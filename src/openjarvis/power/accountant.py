@@ -118,7 +118,8 @@ class Accountant:
                     total.net_j += share.net_j
                     total.tail_j += share.tail_j
                     total.shared |= share.shared
-                    if share.energy_j:
+                    split_s = window.split_s  # an interval from the first token on: no prefill
+                    if share.energy_j and (split_s is None or low_s < split_s):
                         account.intervals.append((low_s, high_s, share.energy_j, share.claim_s))
                 if position < len(inside) and not account.started:  # not the gap's owner
                     account.started = True
@@ -198,7 +199,10 @@ class Accountant:
         settled: list[WindowHandle] = []
         pending: list[WindowHandle] = []
         for window in self.pending:
-            (settled if self._publish(window, now_s) else pending).append(window)
+            if window.end_s is not None and self._publish(window, now_s):  # open: not yet
+                settled.append(window)
+            else:
+                pending.append(window)
         self.pending = pending
         return settled
 

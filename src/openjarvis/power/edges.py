@@ -342,7 +342,8 @@ class _Runs:
     sequences of a batch take part in the same steps, so a window's run in an interval is most
     often a part of the longest one: found in it by its first step and compared item by item
     (at C speed: the same objects, or steps equal in every field, whose claims are then equal
-    too), it is summed from the running sums of the longest run's claims. Give it the longest
+    too), it is summed from the running sums of the longest run's claims (a run whose first
+    step alone is its own, a prompt joining a step, likewise). Give it the longest
     first. The same running sums of the steps' time and batch * time count each window's new
     steps for its mean batch (`count`)."""
 
@@ -350,7 +351,10 @@ class _Runs:
         self._steps: Sequence[WorkStep] = ()  # the longest run so far
         self._sums_s: list[float] = [0.0]  # the claims of its first i steps, for each i
         self._at: dict[int, int] | None = None  # a step's id: its place (made once looked in)
-        self._place: int | None = None  # where the run last summed lies in the longest
+        # Where the run last summed lies in the longest (one before, where its first step is
+        # its own: `_head`).
+        self._place: int | None = None
+        self._head: WorkStep | None = None  # its first step, where only the rest lies there
         # The time and batch * time of the longest's first i steps (made once counted from).
         self._batch_sums: tuple[list[float], list[float]] | None = None
 
@@ -359,10 +363,18 @@ class _Runs:
         if self._at is None:
             self._at = {id(step): place for place, step in enumerate(self._steps)}
         at = self._at.get(id(steps[0]))
+        self._head = None
         end = len(steps) if at is None else at + len(steps)
         if at is not None and self._steps[at:end] == steps:
             self._place = at
             return self._sums_s[end] - self._sums_s[at]
+        if at is None and len(steps) > 1 and (at := self._at.get(id(steps[1]))) is not None:
+            # A sequence's first step, its prompt as rows of a decode step (a piece of its own),
+            # before the decode steps of the others: the rest is found in the longest.
+            end = at + len(steps) - 1
+            if self._steps[at:end] == steps[1:]:
+                self._place, self._head = at - 1, steps[0]
+                return steps[0].claim_s + self._sums_s[end] - self._sums_s[at]
         # A comprehension reads the fields faster than map(attrgetter) (Python 3.11).
         claims_s = [step.claim_s for step in steps]
         self._place = None
@@ -381,7 +393,11 @@ class _Runs:
                 tally.lost = True
                 return
             tally.steps = work
-        counted, place = tally.counted, self._place
+        counted, place, head = tally.counted, self._place, self._head
+        if place is not None and head is not None and counted == first:
+            tally.length_s += head.length_s  # its own first step: the rest from the sums
+            tally.batch_s += head.batch_s
+            counted += 1
         if place is not None and counted >= first:
             if self._batch_sums is None:
                 self._batch_sums = (

@@ -35,9 +35,10 @@ class Account:
     at_end: Share | None = None  # a copy once the interval holding the window's end was split
     started: bool = False  # an interval beginning at or before the window's start was split
     reason: str | None = None  # why this source's energy is unknown for the window
-    # (low, high, gross joules, its steps' claim) of each interval the window had a share of:
-    # its prefill part is taken when the window is published, since its first token may be
-    # known only at its end.
+    # (low, high, gross joules, its steps' claim) of each interval the window had a share of
+    # (those beginning after its first token, where known then, have no prefill part): its
+    # prefill part is taken when the window is published, since its first token may be known
+    # only at its end.
     intervals: list[tuple[float, float, float, float]] = field(default_factory=list)
 
 
