@@ -12,8 +12,10 @@ simulated second is what the same work would cost in real time; the script's own
 is not counted. With `--readers`, each request's result is read as it ends, as a server reads
 every reply's, waking the sampler as `Meter._wait_published` once did (one more pass each).
 
-Run: `.venv/bin/python benchmarks/power_accounting.py [--seconds 10] [--step-ms 3]`; run it at
-two commits to compare them (docs/benchmarks.md).
+Run: `.venv/bin/python benchmarks/power_accounting.py [--seconds 10] [--step-ms 3]`; as the
+H200's server loads it: `--step-ms 1.4 --first-token --prompt-tokens 150` (its meter's CPU
+estimate too on a machine without RAPL: `--estimate-cpu`). Run it at two commits to compare
+them, interleaved (docs/benchmarks.md).
 """
 
 import argparse

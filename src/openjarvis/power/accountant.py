@@ -48,7 +48,7 @@ class Accountant:
         self.cursors: list[Knot | None] = [None] * len(self.tracks)  # the last knot split
         self.ledger: Ledger | None = None
         # Counters that refresh now and then first: how far they reach in a pass decides how
-        # far a counter read at the windows' edges needs splitting in it (`_hold_from_s`).
+        # far a counter read at the windows' edges needs splitting in it (`_horizon_s`).
         self._order = sorted(range(len(self.tracks)), key=lambda i: not self.tracks[i].source.steps)
         self._spans: dict[int, Span] = {}  # id(window): its span, made once a pass
 
