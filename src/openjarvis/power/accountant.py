@@ -105,8 +105,7 @@ class Accountant:
             fault = next((reason for time_s, reason in faults if low_s <= time_s <= high_s), None)
             shares = None
             if windows and fault is None:
-                spans = self._spans
-                made = [spans.get(id(w)) or self._span(w) for w in windows]
+                made = [self._span(w) for w in windows]
                 shares = attribute([cursor, knot], made, idle_w, pad_s)
             for position, window in enumerate(windows):
                 account = window.accounts[index]
@@ -182,8 +181,11 @@ class Accountant:
         return max(closed, key=lambda w: w.end_s or 0.0, default=None)
 
     def _span(self, window: WindowHandle) -> Span:
-        """The window as `attribute` takes it, kept for the rest of the pass (the ledger is
-        read once a pass for all sources); its prefill split is applied at publication."""
+        """The window as `attribute` takes it, made once a pass (the ledger is read once for
+        all sources); its prefill split is applied at publication."""
+        span = self._spans.get(id(window))
+        if span is not None:
+            return span
         end_s = window.end_s if window.end_s is not None else math.inf
         if window.key is None or self.ledger is None:
             span = Span(window.start_s, end_s)
@@ -207,10 +209,10 @@ class Accountant:
         return settled
 
     def _publish(self, window: WindowHandle, now_s: float) -> bool:
-        """Publish one window as far as its sources are decided; whether it is settled."""
+        """Publish one closed window as far as its sources are decided; whether it is
+        settled."""
         end_s = window.end_s
-        if end_s is None:
-            return False
+        assert end_s is not None, "publish passes closed windows only"
         published = window.energy is None
         if published:
             if not self._decided(window, end_s, now_s):

@@ -394,7 +394,7 @@ class _Runs:
                 return
             tally.steps = work
         counted, place, head = tally.counted, self._place, self._head
-        if place is not None and head is not None and counted == first:
+        if head is not None and counted == first:  # found past it: `place` is set
             tally.length_s += head.length_s  # its own first step: the rest from the sums
             tally.batch_s += head.batch_s
             counted += 1
