@@ -127,7 +127,7 @@ def accounting_share(
                 if first_token and done[0] == 0:
                     handle.mark_first_token(clock.now_s)  # its first step was its prefill
                 done[0] += 1
-            ledger.landed(clock.now_s)
+            ledger.landed(start_s, clock.now_s, 1.0)  # every row followed
             for entry in [e for e in running if e[3][0] >= tokens]:
                 context, handle = entry[0], entry[1]
                 context.__exit__(None, None, None)

@@ -80,6 +80,7 @@ class Sequence:
         self.start_s = time.monotonic()
         self.first_token_s: float | None = None
         self.pieces: list[WorkPiece] = []
+        self.followed = False
         self.done = threading.Event()
         self.completion: Completion | None = None
 
@@ -123,7 +124,7 @@ class BatchingEngine:
         prompt = getattr(request, "prompt", None) or request.messages[-1].content  # type: ignore[union-attr]
         text, tokens = self.replies[prompt]
         sequence = Sequence(text, tokens)
-        self.ledger.attach(request.ledger_key, sequence.pieces)
+        sequence.followed = self.ledger.attach(request.ledger_key, sequence.pieces)
         with self._wake:
             self._active.append(sequence)
             self._wake.notify()
@@ -167,7 +168,8 @@ class BatchingEngine:
                 sequence.left -= 1
                 if sequence.left == 0:
                     self._finish(sequence, end_s)
-            self.ledger.landed(end_s)
+            followed = sum(1 / len(batch) for sequence in batch if sequence.followed)
+            self.ledger.landed(step[0], end_s, followed)
 
     def _finish(self, sequence: Sequence, end_s: float) -> None:
         assert sequence.first_token_s is not None

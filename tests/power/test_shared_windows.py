@@ -2,6 +2,8 @@
 did in it: their energies add up to the union's, idle counted once, and twice the tokens in the
 same steps is twice the energy."""
 
+import random
+
 import pytest
 
 from openjarvis.power.edges import Knot, Piece, Span, attribute, mean_batch
@@ -43,11 +45,16 @@ def meter_on(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, engine: Engine) 
 
 
 def run_batch(
-    meter: Meter, clock: FakeClock, engine: Engine, schedule: list[tuple[int, int, int]]
+    meter: Meter,
+    clock: FakeClock,
+    engine: Engine,
+    schedule: list[tuple[int, int, int]],
+    prompts: list[int] | None = None,
 ) -> list:
     """Windows open and close at step boundaries (first step, last step + 1, tokens per step);
     the engine runs one step at a time over the windows active in it and files each step in
-    its ledger as it lands, as a batching engine does."""
+    its ledger as it lands, as a batching engine does. With `prompts`, a window's first step
+    takes that many tokens (its prompt) and its first token comes at that step's end."""
     ledger = StepLedger(clock)
     meter.follow(ledger)
     contexts = [meter.window(f"request-{i}") for i in range(len(schedule))]
@@ -64,13 +71,19 @@ def run_batch(
         active = [i for i, (first, last, _) in enumerate(schedule) if first <= step < last]
         if not active:
             continue
-        tokens = sum(schedule[i][2] for i in active)
+        taken = {
+            i: prompts[i] if prompts is not None and step == schedule[i][0] else schedule[i][2]
+            for i in active
+        }
+        tokens = sum(taken.values())
         start_s = clock.now_s
         engine.steps.append((start_s, start_s + STEP_S, tokens))
         spend(meter, clock, STEP_S)
         for i in active:
-            works[i].append(WorkPiece(start_s, clock.now_s, schedule[i][2] / tokens, len(active)))
-        ledger.landed(clock.now_s)
+            works[i].append(WorkPiece(start_s, clock.now_s, taken[i] / tokens, len(active)))
+            if prompts is not None and step == schedule[i][0]:
+                handles[i].mark_first_token(clock.now_s)
+        ledger.landed(start_s, clock.now_s, 1.0)  # every row followed
     ledger.idle()
     for handle, work in zip(handles, works, strict=True):
         handle.work = work  # for the checks below
@@ -170,32 +183,43 @@ def test_mean_batch_is_weighted_by_step_time():
     assert mean_batch([]) is None
 
 
-def test_attribution_by_the_ledger_equals_splitting_each_window_with_all_steps_known(
-    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+@pytest.mark.parametrize("seed", range(4))
+def test_attribution_by_the_ledger_equals_splitting_each_window_on_random_batches(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, seed: int
 ) -> None:
-    """The accountant splits each interval once, as the steps land; the same steps handed to
-    `attribute` whole, window by window over its knots (as the meter did when requests
-    brought their steps after they ended), give the same energies."""
+    """Random arrivals, lengths, tokens per step and prompts: each window's energy, energy
+    above idle and prefill part, from intervals split once for all their windows by the
+    ledger's sums as the steps land, equal `attribute` given every window's steps whole (as
+    the meter did when requests brought their steps after they ended)."""
+    rng = random.Random(seed)
     engine = Engine()
     meter, _ = meter_on(monkeypatch, clock, engine)
-    handles = run_batch(meter, clock, engine, [(0, 30, 2), (5, 35, 1), (10, 40, 1), (15, 45, 1)])
+    schedule = []
+    for _ in range(12):
+        first = rng.randrange(0, 60)
+        schedule.append((first, first + rng.randrange(1, 40), rng.choice((1, 1, 2))))
+    prompts = [rng.randrange(1, 30) for _ in schedule]
+    handles = run_batch(meter, clock, engine, schedule, prompts)
     spend(meter, clock, 0.5)
     meter.settle()
     results = [handle.wait_settled() for handle in handles]
     (track,) = meter._tracks
     idle_w = meter.idle.power_w[track.source.name]
-    pad_s = track.refresh.uncertainty_s
+    assert sum(h.accounts[0].by_ledger.energy_j > 0 for h in handles) >= len(handles) // 2
     for index, (handle, result) in enumerate(zip(handles, results, strict=True)):
-        knots, fault = track.knots_around(handle.start_s, handle.tail_end_s)
+        knots, fault = track.knots_around(handle.start_s, handle.end_s)
         assert fault is None
         low_s, high_s = knots[0].time_s, knots[-1].time_s
         near = [i for i, h in enumerate(handles) if h.start_s < high_s and h.end_s > low_s]
         spans = [
-            Span(handles[i].start_s, handles[i].end_s, work=tuple(handles[i].work)) for i in near
+            Span(h.start_s, h.end_s, h.split_s, tuple(h.work), reported=True)
+            for h in (handles[i] for i in near)
         ]
-        share = attribute(knots, spans, idle_w, pad_s)[near.index(index)]
-        assert result.energy_j == pytest.approx(share.energy_j, rel=1e-9)
-        assert result.net_energy_j == pytest.approx(share.net_j, rel=1e-9)
+        share = attribute(knots, spans, idle_w, track.refresh.uncertainty_s)[near.index(index)]
+        assert result.energy_j - result.tail_energy_j == pytest.approx(share.energy_j, rel=1e-9)
+        assert result.net_energy_j - result.tail_energy_j == pytest.approx(share.net_j, rel=1e-9)
+        assert result.prefill_energy_j == pytest.approx(share.before_split_j, rel=1e-9)
+        assert result.shared == (len(near) > 1 and result.overlapped)
 
 
 def test_a_request_is_published_a_refresh_after_its_end_while_its_neighbour_runs_on(
@@ -219,7 +243,7 @@ def test_a_request_is_published_a_refresh_after_its_end_while_its_neighbour_runs
             spend(meter, clock, STEP_S)
             for work in (short_work, long_work):
                 work.append(WorkPiece(start_s, clock.now_s, 0.5, 2))
-            ledger.landed(clock.now_s)
+            ledger.landed(start_s, clock.now_s, 1.0)  # every row followed
     assert short.end_s is not None
     published_s = None
     for _ in range(100):  # 2 s more of the long request alone
@@ -227,7 +251,7 @@ def test_a_request_is_published_a_refresh_after_its_end_while_its_neighbour_runs
         engine.steps.append((start_s, start_s + STEP_S, 1))
         spend(meter, clock, STEP_S)
         long_work.append(WorkPiece(start_s, clock.now_s, 1.0, 1))
-        ledger.landed(clock.now_s)
+        ledger.landed(start_s, clock.now_s, 1.0)  # every row followed
         if published_s is None and short.energy is not None:
             published_s = clock.now_s
     long_context.__exit__(None, None, None)

@@ -58,9 +58,11 @@ class FakeBatchingEngine:
     freed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _barrier: threading.Barrier | None = None
-    # The steps as they land, for the meter. Each sequence sleeps its own steps here, so a
-    # step is recorded when its sequence's piece is (an approximation at the model's edge).
+    # The steps as they land, for the meter. Each sequence sleeps its own steps here: a step is
+    # recorded when its sequence's piece is, from the last one's end on (one engine's steps do
+    # not overlap; an approximation at the model's edge).
     ledger: StepLedger = field(default_factory=StepLedger)
+    _landed_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.flowing.set()
@@ -84,11 +86,11 @@ class FakeBatchingEngine:
     def stream(self, request: Request) -> Generator[StreamChunk]:
         words = re.findall(r"\S+\s*", self.reply(_prompt(request)))
         work: list[WorkPiece] = []
-        self.ledger.attach(request.ledger_key, work)
+        followed = self.ledger.attach(request.ledger_key, work)
         start_s = time.monotonic()
         prompt_tokens = len(_prompt(request).split())
         yield from stream_text(
-            singly(self._tokens(len(words), work)),
+            singly(self._tokens(len(words), work, followed)),
             piece=lambda token: words[token].encode(),
             is_end=lambda token: token == _END,
             stop=request.stop,
@@ -103,7 +105,9 @@ class FakeBatchingEngine:
             ),
         )
 
-    def _tokens(self, count: int, work: list[WorkPiece]) -> Iterator[tuple[int, float]]:
+    def _tokens(
+        self, count: int, work: list[WorkPiece], followed: bool
+    ) -> Iterator[tuple[int, float]]:
         with self._lock:
             self.active += 1
             self.started += 1
@@ -118,10 +122,13 @@ class FakeBatchingEngine:
                     raise RuntimeError("the fake engine's step failed")
                 step_start_s = time.monotonic()
                 time.sleep(self.step_s)
-                batch = self.active
-                step_end_s = time.monotonic()
-                work.append(WorkPiece(step_start_s, step_end_s, 1 / batch, batch))
-                self.ledger.landed(step_end_s)
+                with self._lock:
+                    batch = self.active
+                    step_end_s = time.monotonic()
+                    step_start_s = min(max(step_start_s, self._landed_s), step_end_s)
+                    self._landed_s = step_end_s
+                    work.append(WorkPiece(step_start_s, step_end_s, 1 / batch, batch))
+                    self.ledger.landed(step_start_s, step_end_s, 1 / batch if followed else 0.0)
                 yield token, time.monotonic()
         finally:
             with self._lock:

@@ -3,22 +3,33 @@ order, among the windows in it (by a batching engine's step ledger where the met
 else by time), and publishes each window once every source has passed its end, then its tail.
 
 It runs under the meter's lock, in the sampler's thread (or a waiter's, without a sampler): a
-pass costs what its new intervals cost, and no window waits for another's end.
+pass costs what its new intervals cost, and no window waits for another's end. An interval
+whose windows the ledger all follows is split once for all of them: its energy and the claims
+of every step in it, summed by the ledger (`WorkInterval`); each window takes its part of it
+from its own steps when it is published, so an interval costs the same however many windows
+run in it.
 """
 
+import bisect
 import math
+import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from openjarvis.power.accounting import LOW_RESOLUTION_PERIODS, sum_scope
 from openjarvis.power.edges import (
     Knot,
+    Share,
     Span,
+    WorkStep,
     attribute,
     before_split_fraction,
+    claim_in_s,
+    covered_s,
 )
 from openjarvis.power.track import Track
 from openjarvis.power.types import Scope, SourceEnergy, WindowEnergy
-from openjarvis.power.windows import Account, Ledger, WindowHandle
+from openjarvis.power.windows import Ledger, WindowHandle
 
 __all__ = ["REFRESH_GRACE_S", "Accountant"]
 
@@ -26,6 +37,25 @@ __all__ = ["REFRESH_GRACE_S", "Accountant"]
 REFRESH_GRACE_S = 1.0
 # A power source read at under a quarter of its sampling rate is integrated too coarsely.
 MIN_SAMPLING_SHARE = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class WorkInterval:
+    """An interval split by the ledger, kept until its windows are published: what the union of
+    its windows gets (`pot_j`: its energy above idle plus idle over the union's time; without
+    idle power, the union's time share) and above idle (`above_j`, None without idle power), the
+    claims of all the followed steps in it (`claimed_s`), and whether windows shared it. A window
+    gets `pot_j` times its own steps' claim in it over `claimed_s`."""
+
+    low_s: float
+    high_s: float
+    pot_j: float
+    above_j: float | None
+    claimed_s: float
+    shared: bool
+
+
+_high_s = operator.attrgetter("high_s")
 
 
 class Accountant:
@@ -51,6 +81,8 @@ class Accountant:
         # far a counter read at the windows' edges needs splitting in it (`_horizon_s`).
         self._order = sorted(range(len(self.tracks)), key=lambda i: not self.tracks[i].source.steps)
         self._spans: dict[int, Span] = {}  # id(window): its span, made once a pass
+        # Per source, the intervals split by the ledger that an unpublished window may be in.
+        self._split: list[list[WorkInterval]] = [[] for _ in self.tracks]
 
     def account(self) -> bool:
         """Split every source's new intervals; whether any was split."""
@@ -59,6 +91,8 @@ class Accountant:
         for index in self._order:
             changed |= self.account_track(index)
         self._spans.clear()
+        if self.ledger is not None and all(cursor is not None for cursor in self.cursors):
+            self.ledger.forget(min(cursor.time_s for cursor in self.cursors if cursor))
         return changed
 
     def _horizon_s(self, index: int) -> float | None:
@@ -100,18 +134,25 @@ class Accountant:
             if keyed and ledger is not None and ledger.complete_s() < high_s:
                 ledger.when_complete(high_s, self._wake)  # a step in it has not landed
                 break
-            owner = self._gap_owner(low_s)
-            windows = inside if owner is None or owner in inside else [*inside, owner]
             fault = next((reason for time_s, reason in faults if low_s <= time_s <= high_s), None)
-            shares = None
-            if windows and fault is None:
-                made = [self._span(w) for w in windows]
-                shares = attribute([cursor, knot], made, idle_w, pad_s)
+            claimed_s = 0.0
+            every_followed = keyed and all(w.key is not None for w in inside)
+            if every_followed and ledger is not None and fault is None:
+                claimed_s = ledger.claimed_s(low_s, high_s)
+            windows: list[WindowHandle] = inside
+            shares: list[Share] | None = None
+            if claimed_s > 0:  # work in it, every window followed: split once for all of them
+                self._split[index].append(self._by_ledger(cursor, knot, inside, idle_w, claimed_s))
+            else:
+                owner = self._gap_owner(low_s)
+                if owner is not None and owner not in inside:
+                    windows = [*inside, owner]
+                if windows and fault is None:
+                    made = [self._span(w) for w in windows]
+                    shares = attribute([cursor, knot], made, idle_w, pad_s)
             for position, window in enumerate(windows):
                 account = window.accounts[index]
-                if shares is None:  # the interval's energy is unknown
-                    account.reason = account.reason or fault
-                else:
+                if shares is not None:
                     share, total = shares[position], account.share
                     total.energy_j += share.energy_j
                     total.net_j += share.net_j
@@ -120,6 +161,8 @@ class Accountant:
                     split_s = window.split_s  # an interval from the first token on: no prefill
                     if share.energy_j and (split_s is None or low_s < split_s):
                         account.intervals.append((low_s, high_s, share.energy_j, share.claim_s))
+                elif fault is not None:  # the interval's energy is unknown
+                    account.reason = account.reason or fault
                 if position < len(inside) and not account.started:  # not the gap's owner
                     account.started = True
                     if low_s > window.start_s:  # the source missed the window's beginning
@@ -130,6 +173,30 @@ class Accountant:
             cursor = knot
         self.cursors[index] = cursor
         return cursor is not first
+
+    def _by_ledger(
+        self,
+        low: Knot,
+        high: Knot,
+        inside: Sequence[WindowHandle],
+        idle_w: float | None,
+        claimed_s: float,
+    ) -> WorkInterval:
+        """An interval with work in it whose windows the ledger all follows: split by work as
+        `attribute` would, for all its windows at once (`edges._split_by_work`, where each
+        window's claim is its steps' and every claim comes from the ledger)."""
+        low_s, high_s = low.time_s, high.time_s
+        length_s, energy_j = high_s - low_s, high.energy_j - low.energy_j
+        bounds = [(w.start_s, math.inf if w.end_s is None else w.end_s) for w in inside]
+        union_s = covered_s(bounds, low_s, high_s)
+        if idle_w is None:
+            return WorkInterval(
+                low_s, high_s, energy_j / length_s * union_s, None, claimed_s, len(inside) > 1
+            )
+        above_j = energy_j - idle_w * length_s
+        return WorkInterval(
+            low_s, high_s, above_j + idle_w * union_s, above_j, claimed_s, len(inside) > 1
+        )
 
     def _merges(
         self,
@@ -206,6 +273,10 @@ class Accountant:
             else:
                 pending.append(window)
         self.pending = pending
+        # The intervals split by the ledger that no unpublished window can be in go.
+        first_s = min((window.start_s for window in pending), default=math.inf)
+        for intervals in self._split:
+            del intervals[: bisect.bisect_right(intervals, first_s, key=_high_s)]
         return settled
 
     def _publish(self, window: WindowHandle, now_s: float) -> bool:
@@ -257,9 +328,11 @@ class Accountant:
 
     def _window_energy(self, window: WindowHandle, *, final: bool) -> WindowEnergy:
         assert window.end_s is not None
+        work: Sequence[WorkStep] = ()
+        if window.key is not None and self.ledger is not None:
+            work = self.ledger.pieces(window.key)
         sources = tuple(
-            self._source_energy(track, window, account, final)
-            for track, account in zip(self.tracks, window.accounts, strict=True)
+            self._source_energy(index, window, final, work) for index in range(len(self.tracks))
         )
         total = sum_scope(sources, self.scope)
         if window.energy is not None:  # published to its end before: the same steps
@@ -267,7 +340,7 @@ class Accountant:
         elif window.key is None or self.ledger is None:
             batch = None
         else:
-            batch = window.tally.mean_batch(self.ledger.pieces(window.key))
+            batch = window.tally.mean_batch(work)
         return WindowEnergy(
             label=window.label,
             start_s=window.start_s,
@@ -294,8 +367,9 @@ class Accountant:
         )
 
     def _source_energy(
-        self, track: Track, window: WindowHandle, account: Account, final: bool
+        self, index: int, window: WindowHandle, final: bool, work: Sequence[WorkStep]
     ) -> SourceEnergy:
+        track, account = self.tracks[index], window.accounts[index]
         source = track.source
         idle_w = self._idle_of(source.name)
         assert window.end_s is not None
@@ -318,17 +392,23 @@ class Accountant:
                 low_resolution,
             )
         tail_j: float | None = share.tail_j
-        energy_j, net_j = share.energy_j, share.net_j
+        by_ledger = account.by_ledger
+        if by_ledger is None:
+            by_ledger = account.by_ledger = self._by_steps(index, window, work)
+        energy_j = share.energy_j + by_ledger.energy_j
+        net_j = share.net_j + by_ledger.net_j
         if not final or idle_w is None:
             energy_j, net_j, tail_j = energy_j - share.tail_j, net_j - share.tail_j, None
         prefill_j = None
         if window.split_s is not None:
-            span = self._span(window)
-            prefill_j = sum(
-                energy_j * before_split_fraction(span, window.split_s, low_s, high_s, claim_s)
-                for low_s, high_s, energy_j, claim_s in account.intervals
-                if low_s < window.split_s
-            )
+            prefill_j = self._prefill_by_steps(index, window, window.split_s, work)
+            if account.intervals:
+                span = self._span(window)
+                prefill_j += sum(
+                    energy_j * before_split_fraction(span, window.split_s, low_s, high_s, claim_s)
+                    for low_s, high_s, energy_j, claim_s in account.intervals
+                    if low_s < window.split_s
+                )
         return SourceEnergy(
             source=source.name,
             domain=source.domain,
@@ -339,8 +419,41 @@ class Accountant:
             low_resolution=low_resolution,
             tail_j=tail_j,
             prefill_j=prefill_j,
-            shared=share.shared,
+            shared=share.shared or by_ledger.shared,
         )
+
+    def _by_steps(self, index: int, window: WindowHandle, work: Sequence[WorkStep]) -> Share:
+        """The window's part of the intervals split by the ledger (`WorkInterval`): in each it
+        is in, the pot times its steps' claim there over all the claims there."""
+        part = Share()
+        end_s = window.end_s
+        assert end_s is not None
+        intervals = self._split[index]
+        for interval in intervals[bisect.bisect_right(intervals, window.start_s, key=_high_s) :]:
+            if interval.low_s >= end_s:
+                break
+            part.shared |= interval.shared
+            claim_s = claim_in_s(work, interval.low_s, interval.high_s)
+            if claim_s <= 0:  # it waited for its turn
+                continue
+            fraction = claim_s / interval.claimed_s
+            part.energy_j += interval.pot_j * fraction
+            if interval.above_j is not None:
+                part.net_j += interval.above_j * fraction
+        return part
+
+    def _prefill_by_steps(
+        self, index: int, window: WindowHandle, split_s: float, work: Sequence[WorkStep]
+    ) -> float:
+        """The window's part of the intervals split by the ledger before its first token."""
+        intervals = self._split[index]
+        prefill_j = 0.0
+        for interval in intervals[bisect.bisect_right(intervals, window.start_s, key=_high_s) :]:
+            if interval.low_s >= split_s:
+                break
+            before_s = claim_in_s(work, interval.low_s, min(interval.high_s, split_s))
+            prefill_j += interval.pot_j * before_s / interval.claimed_s
+        return prefill_j
 
 
 def _nothing_after_end(window: WindowHandle) -> bool:

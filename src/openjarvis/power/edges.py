@@ -24,6 +24,8 @@ __all__ = [
     "WorkStep",
     "attribute",
     "before_split_fraction",
+    "claim_in_s",
+    "covered_s",
     "mean_batch",
 ]
 
@@ -308,8 +310,14 @@ def _work_claim_s(
     interval (and inside the span, up to `until_s`). The steps are in time order: those in the
     interval are summed by their whole claims (`runs` sums each run of steps once for the
     spans of one interval), less the parts outside of those that an edge cuts."""
-    low_s, high_s = max(low_s, span.start_s), min(high_s, span.end_s, until_s)
-    work = span.work
+    return claim_in_s(span.work, max(low_s, span.start_s), min(high_s, span.end_s, until_s), runs)
+
+
+def claim_in_s(
+    work: Sequence[WorkStep], low_s: float, high_s: float, runs: "_Runs | None" = None
+) -> float:
+    """The claims of steps (one window's, in time order) on [low_s, high_s]: each step's share
+    times its time inside the interval."""
     first = bisect.bisect_right(work, low_s, key=_end_s)  # the first step ending after low_s
     # The first starting at high_s or later (none before `first`, or the interval is empty).
     last = bisect.bisect_left(work, high_s, lo=first, key=_start_s)
@@ -422,13 +430,18 @@ _end_s = operator.attrgetter("end_s")
 
 def _union_s(spans: Sequence[Span], low_s: float, high_s: float) -> float:
     """Time inside [low_s, high_s] covered by at least one span."""
-    covered_s, reached_s = 0.0, low_s
-    for span in sorted(spans, key=_start_s):
-        start_s, end_s = max(span.start_s, reached_s), min(span.end_s, high_s)
+    return covered_s([(span.start_s, span.end_s) for span in spans], low_s, high_s)
+
+
+def covered_s(bounds: list[tuple[float, float]], low_s: float, high_s: float) -> float:
+    """Time inside [low_s, high_s] covered by at least one of the (start, end) given."""
+    total_s, reached_s = 0.0, low_s
+    for start_s, end_s in sorted(bounds):
+        start_s, end_s = max(start_s, reached_s), min(end_s, high_s)
         if end_s > start_s:
-            covered_s += end_s - start_s
+            total_s += end_s - start_s
             reached_s = end_s
-    return covered_s
+    return total_s
 
 
 def _split_by_work(
@@ -459,13 +472,13 @@ def _split_by_work(
     ]
     claimed_s = sum(claims)
     present = [i for i, own_s in enumerate(owns) if own_s > 0 or work_s[i] > 0]
-    covered_s = _union_s([spans[i] for i in present], low_s, high_s)
+    union_s = _union_s([spans[i] for i in present], low_s, high_s)
     length_s = high_s - low_s
     if idle_power_w is None:
-        pot_j, above_j = energy_j / length_s * covered_s, None
+        pot_j, above_j = energy_j / length_s * union_s, None
     else:
         above_j = energy_j - idle_power_w * length_s
-        pot_j = above_j + idle_power_w * covered_s
+        pot_j = above_j + idle_power_w * union_s
     for i in present:
         share, span, fraction = shares[i], spans[i], claims[i] / claimed_s
         share.shared |= len(present) > 1

@@ -2,13 +2,16 @@
 land, and how far in time it is complete.
 
 The engine writes it (its scheduler appends each step's piece to every sequence in the step,
-then says the step landed); the meter reads it to split each counter interval among the
-windows in it, as soon as the ledger is complete past the interval, so no request waits for
-another's end. A window is tied to its sequence by a key that the request carries
+then says the step landed, with the shares of the rows the meter follows summed); the meter
+reads it to split each counter interval among the windows in it, as soon as the ledger is
+complete past the interval, so no request waits for another's end: an interval's claims in all
+(`claimed_s`, from running sums over the steps) once, and each window's own claims from its
+steps when it is published. A window is tied to its sequence by a key that the request carries
 (`ledger_key`); only keys the meter opened are followed, so a ledger nobody follows keeps
 nothing.
 """
 
+import bisect
 import heapq
 import threading
 import time
@@ -54,6 +57,13 @@ class StepLedger:
         self._busy = False
         self._landed_s = float("-inf")  # the end of the last recorded step (or the busy start)
         self._watch: tuple[float, Callable[[], None]] | None = None
+        # The steps in time order (one engine: they do not overlap), each with its followed
+        # rows' shares summed, and the running sums of share * time (a step's claim) before
+        # each; steps the meter has split every interval of are forgotten (`forget`).
+        self._starts: list[float] = []
+        self._ends: list[float] = []
+        self._followed: list[float] = []
+        self._sums_s: list[float] = [0.0]
 
     # The meter's side ------------------------------------------------------------------------
 
@@ -85,6 +95,32 @@ class StepLedger:
         with self._lock:
             return self._complete_s()
 
+    def claimed_s(self, low_s: float, high_s: float) -> float:
+        """The followed sequences' claims on [low_s, high_s] summed: each step's followed
+        shares times its time inside the interval (what the windows' claims there add up to)."""
+        with self._lock:
+            starts, ends = self._starts, self._ends
+            first = bisect.bisect_right(ends, low_s)  # the first step ending after low_s
+            last = bisect.bisect_left(starts, high_s, first)  # the first starting at high_s on
+            if first >= last:
+                return 0.0
+            claim_s = self._sums_s[last] - self._sums_s[first]
+            if starts[first] < low_s:  # only the first and last step can be cut by an edge
+                claim_s -= self._followed[first] * (low_s - starts[first])
+            if ends[last - 1] > high_s:
+                claim_s -= self._followed[last - 1] * (ends[last - 1] - high_s)
+        return max(claim_s, 0.0)
+
+    def forget(self, before_s: float) -> None:
+        """The meter has split every interval up to `before_s`: steps ending by then go."""
+        with self._lock:
+            done = bisect.bisect_right(self._ends, before_s)
+            if done == 0:
+                return
+            del self._starts[:done], self._ends[:done], self._followed[:done]
+            base = self._sums_s[done]  # from 0 again, so the sums stay small and exact
+            self._sums_s = [sum_s - base for sum_s in self._sums_s[done:]]
+
     def when_complete(self, time_s: float, callback: Callable[[], None]) -> None:
         """Call `callback` (in the engine's thread, or now) once the ledger is complete up to
         `time_s`; replaces an earlier request (one follower)."""
@@ -96,15 +132,17 @@ class StepLedger:
 
     # The engine's side -----------------------------------------------------------------------
 
-    def attach(self, key: int | None, work: list[WorkPiece]) -> None:
+    def attach(self, key: int | None, work: list[WorkPiece]) -> bool:
         """A sequence started for a request with this key; `work` is the list its steps are
-        appended to (the engine's own record), read here without a copy."""
+        appended to (the engine's own record), read here without a copy. Whether the meter
+        follows it: the engine sums the shares of such rows for `landed`."""
         if key is None:
-            return
+            return False
         with self._lock:
             lists = self._open.get(key)
             if lists is not None:
                 lists.append(work)
+        return lists is not None
 
     def busy(self) -> None:
         """The engine starts working: steps from now on are recorded as they land."""
@@ -113,10 +151,18 @@ class StepLedger:
                 self._busy = True
                 self._landed_s = max(self._landed_s, self._clock())
 
-    def landed(self, end_s: float) -> None:
-        """A step ending at `end_s` is recorded (its pieces appended)."""
+    def landed(self, start_s: float, end_s: float, followed: float) -> None:
+        """A step from `start_s` to `end_s` is recorded (its pieces appended); `followed`: the
+        shares of its rows whose sequences `attach` said are followed, summed."""
         with self._lock:
             self._landed_s = max(self._landed_s, end_s)
+            if followed > 0:
+                if self._ends:  # one engine's steps follow one another
+                    start_s = min(max(start_s, self._ends[-1]), end_s)
+                self._starts.append(start_s)
+                self._ends.append(end_s)
+                self._followed.append(followed)
+                self._sums_s.append(self._sums_s[-1] + followed * (end_s - start_s))
             callback = self._due()
         if callback is not None:
             callback()

@@ -36,6 +36,7 @@ class Sequence:
     seed: int | None
     grammar: object | None
     work: list[WorkPiece] = field(default_factory=list)
+    followed: bool = False  # the meter follows its steps (`StepLedger.attach`)
     _items: "queue.SimpleQueue[_Item]" = field(default_factory=queue.SimpleQueue)
     _cancelled: threading.Event = field(default_factory=threading.Event)
     _retired: threading.Event = field(default_factory=threading.Event)
@@ -117,7 +118,7 @@ class BatchScheduler:
         self, sequence: Sequence, ledger_key: int | None = None
     ) -> Iterator[tuple[int, float]]:
         """Queue the sequence; its steps are filed in the ledger under `ledger_key`."""
-        self.ledger.attach(ledger_key, sequence.work)
+        sequence.followed = self.ledger.attach(ledger_key, sequence.work)
         with self._condition:
             if self._closed:
                 raise UserError("the llama.cpp engine is closed; load the model again")
@@ -233,7 +234,7 @@ class BatchScheduler:
                 self._emit(sequence, token, time.monotonic())
             step_end_s = time.monotonic()
             sequence.work.append(WorkPiece(step_start_s, step_end_s, 1.0, 1))
-            self.ledger.landed(step_end_s)
+            self.ledger.landed(step_start_s, step_end_s, 1.0 if sequence.followed else 0.0)
         if sequence.produced < sequence.max_tokens and not self._ended(sequence):
             self._running.append(sequence)
         else:
@@ -260,11 +261,12 @@ class BatchScheduler:
         step_end_s = time.monotonic()
         # Streams wake only now, all at once: a stream woken mid-step would take the GIL from
         # this thread between its samplers' calls (a stall per call on a busy machine).
-        share = 1.0 / len(running)
+        share, followed = 1.0 / len(running), 0.0
         for sequence, token in zip(running, chosen, strict=True):
             sequence.work.append(WorkPiece(step_start_s, step_end_s, share, len(running)))
+            followed += share if sequence.followed else 0.0
             self._emit(sequence, token, step_end_s)
-        self.ledger.landed(step_end_s)
+        self.ledger.landed(step_start_s, step_end_s, followed)
         for sequence in list(running):
             if sequence.produced >= sequence.max_tokens or self._ended(sequence):
                 self._retire(sequence, running=True)

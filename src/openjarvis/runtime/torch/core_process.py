@@ -195,13 +195,17 @@ class CoreProcess:
         kind = message[0]
         if kind == "step":
             _, end_s, pieces = message
+            start_s, followed = end_s, 0.0
             for fields, keys in pieces:
                 piece = WorkPiece(*fields)
+                start_s = piece.start_s  # a step's pieces share its time
                 for key in keys:
                     sequence = self._sequences.get(key)
                     if sequence is not None:
                         sequence.work.append(piece)
-            self.ledger.landed(end_s)
+                        if sequence.followed:
+                            followed += piece.share
+            self.ledger.landed(start_s, end_s, followed)
         elif kind == "out":
             _, key, item, reused, logits = message
             sequence = self._sequences[key]

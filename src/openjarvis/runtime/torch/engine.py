@@ -166,7 +166,8 @@ class TorchEngine:
         if seed is None:
             seed = int.from_bytes(os.urandom(7), "little")
         sequence = Sequence(list(prompt), max_tokens, stop_tokens, temperature, seed)
-        self.ledger.attach(ledger_key, sequence.work)  # before any step of it can land
+        # Before any step of it can land.
+        sequence.followed = self.ledger.attach(ledger_key, sequence.work)
         self._core.enqueue(sequence)
         return sequence
 

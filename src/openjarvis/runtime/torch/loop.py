@@ -78,7 +78,11 @@ class ToLedger:
         self._ledger.busy()
 
     def landed(self, end_s: float, pieces: Pieces) -> None:
-        self._ledger.landed(end_s)
+        start_s, followed = end_s, 0.0
+        for piece, sequences in pieces:
+            start_s = piece.start_s  # a step's pieces share its time
+            followed += piece.share * sum([sequence.followed for sequence in sequences])
+        self._ledger.landed(start_s, end_s, followed)
 
     def idle(self, taken: int) -> None:
         self._ledger.idle()

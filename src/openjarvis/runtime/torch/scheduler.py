@@ -65,6 +65,7 @@ class Sequence:
     cancelled: bool = False
     finished: bool = False
     work: list[WorkPiece] = field(default_factory=list)
+    followed: bool = False  # the meter follows its steps (`StepLedger.attach`)
     logits: Tensor | None = None  # all_logits: [len(prompt), vocab] float32 on the CPU
     generator: torch.Generator | None = None  # sampling at temperature > 0, seeded once
     outbox: "queue.SimpleQueue[Delivery]" = field(default_factory=queue.SimpleQueue)
