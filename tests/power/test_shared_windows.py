@@ -79,8 +79,14 @@ def run_batch(
         start_s = clock.now_s
         engine.steps.append((start_s, start_s + STEP_S, tokens))
         spend(meter, clock, STEP_S)
+        pieces: dict[int, WorkPiece] = {}  # rows that took as many tokens share one piece
         for i in active:
-            works[i].append(WorkPiece(start_s, clock.now_s, taken[i] / tokens, len(active)))
+            piece = pieces.get(taken[i])
+            if piece is None:
+                piece = pieces[taken[i]] = WorkPiece(
+                    start_s, clock.now_s, taken[i] / tokens, len(active)
+                )
+            works[i].append(piece)
             if prompts is not None and step == schedule[i][0]:
                 handles[i].mark_first_token(clock.now_s)
         ledger.landed(start_s, clock.now_s, 1.0)  # every row followed
@@ -188,16 +194,16 @@ def test_attribution_by_the_ledger_equals_splitting_each_window_on_random_batche
     monkeypatch: pytest.MonkeyPatch, clock: FakeClock, seed: int
 ) -> None:
     """Random arrivals, lengths, tokens per step and prompts: each window's energy, energy
-    above idle and prefill part, from intervals split once for all their windows by the
+    above idle, prefill part and mean batch, from intervals split once for all their windows by the
     ledger's sums as the steps land, equal `attribute` given every window's steps whole (as
     the meter did when requests brought their steps after they ended)."""
     rng = random.Random(seed)
     engine = Engine()
     meter, _ = meter_on(monkeypatch, clock, engine)
     schedule = []
-    for _ in range(12):
+    for _ in range(12):  # even seeds: a token a step each, as decoding (steps shared whole)
         first = rng.randrange(0, 60)
-        schedule.append((first, first + rng.randrange(1, 40), rng.choice((1, 1, 2))))
+        schedule.append((first, first + rng.randrange(1, 40), rng.choice((1, 1 + seed % 2))))
     prompts = [rng.randrange(1, 30) for _ in schedule]
     handles = run_batch(meter, clock, engine, schedule, prompts)
     spend(meter, clock, 0.5)
@@ -220,6 +226,7 @@ def test_attribution_by_the_ledger_equals_splitting_each_window_on_random_batche
         assert result.net_energy_j - result.tail_energy_j == pytest.approx(share.net_j, rel=1e-9)
         assert result.prefill_energy_j == pytest.approx(share.before_split_j, rel=1e-9)
         assert result.shared == (len(near) > 1 and result.overlapped)
+        assert result.mean_batch == pytest.approx(mean_batch(handle.work), rel=1e-9)
 
 
 def test_a_request_is_published_a_refresh_after_its_end_while_its_neighbour_runs_on(

@@ -58,11 +58,9 @@ class FakeBatchingEngine:
     freed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _barrier: threading.Barrier | None = None
-    # The steps as they land, for the meter. Each sequence sleeps its own steps here: a step is
-    # recorded when its sequence's piece is, from the last one's end on (one engine's steps do
-    # not overlap; an approximation at the model's edge).
+    # The steps as they land, for the meter. Each sequence sleeps its own steps here, so a
+    # step is recorded when its sequence's piece is (an approximation at the model's edge).
     ledger: StepLedger = field(default_factory=StepLedger)
-    _landed_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.flowing.set()
@@ -122,11 +120,9 @@ class FakeBatchingEngine:
                     raise RuntimeError("the fake engine's step failed")
                 step_start_s = time.monotonic()
                 time.sleep(self.step_s)
-                with self._lock:
+                with self._lock:  # landed in the order of their ends
                     batch = self.active
                     step_end_s = time.monotonic()
-                    step_start_s = min(max(step_start_s, self._landed_s), step_end_s)
-                    self._landed_s = step_end_s
                     work.append(WorkPiece(step_start_s, step_end_s, 1 / batch, batch))
                     self.ledger.landed(step_start_s, step_end_s, 1 / batch if followed else 0.0)
                 yield token, time.monotonic()

@@ -11,6 +11,7 @@ run in it.
 """
 
 import bisect
+import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from openjarvis.power.edges import (
     claim_in_s,
     covered_s,
 )
+from openjarvis.power.steps import SharedSteps
 from openjarvis.power.track import Track
 from openjarvis.power.types import Scope, SourceEnergy, WindowEnergy
 from openjarvis.power.windows import Ledger, WindowHandle
@@ -56,6 +58,8 @@ class WorkInterval:
 
 
 _high_s = operator.attrgetter("high_s")
+# A window's steps' claim on an interval (low_s, high_s): `Run.claim_s`, or `claim_in_s`.
+Claim = Callable[[float, float], float]
 
 
 class Accountant:
@@ -83,6 +87,7 @@ class Accountant:
         self._spans: dict[int, Span] = {}  # id(window): its span, made once a pass
         # Per source, the intervals split by the ledger that an unpublished window may be in.
         self._split: list[list[WorkInterval]] = [[] for _ in self.tracks]
+        self._shared = SharedSteps()  # the pieces most windows share, for their publication
 
     def account(self) -> bool:
         """Split every source's new intervals; whether any was split."""
@@ -91,8 +96,14 @@ class Accountant:
         for index in self._order:
             changed |= self.account_track(index)
         self._spans.clear()
-        if self.ledger is not None and all(cursor is not None for cursor in self.cursors):
-            self.ledger.forget(min(cursor.time_s for cursor in self.cursors if cursor))
+        ledger = self.ledger
+        if ledger is not None:
+            if all(cursor is not None for cursor in self.cursors):
+                ledger.forget(min(cursor.time_s for cursor in self.cursors if cursor))
+            # The window open longest has the batch's shared pieces (pending: opening order).
+            first = next((w for w in self.pending if w.end_s is None and w.key is not None), None)
+            if first is not None and first.key is not None:
+                self._shared.extend(ledger.pieces(first.key))
         return changed
 
     def _horizon_s(self, index: int) -> float | None:
@@ -277,6 +288,7 @@ class Accountant:
         first_s = min((window.start_s for window in pending), default=math.inf)
         for intervals in self._split:
             del intervals[: bisect.bisect_right(intervals, first_s, key=_high_s)]
+        self._shared.forget(first_s)
         return settled
 
     def _publish(self, window: WindowHandle, now_s: float) -> bool:
@@ -331,8 +343,10 @@ class Accountant:
         work: Sequence[WorkStep] = ()
         if window.key is not None and self.ledger is not None:
             work = self.ledger.pieces(window.key)
+        run = self._shared.find(work)
+        claim = run.claim_s if run is not None else functools.partial(claim_in_s, work)
         sources = tuple(
-            self._source_energy(index, window, final, work) for index in range(len(self.tracks))
+            self._source_energy(index, window, final, claim) for index in range(len(self.tracks))
         )
         total = sum_scope(sources, self.scope)
         if window.energy is not None:  # published to its end before: the same steps
@@ -340,7 +354,7 @@ class Accountant:
         elif window.key is None or self.ledger is None:
             batch = None
         else:
-            batch = window.tally.mean_batch(work)
+            batch = run.mean_batch() if run is not None else window.tally.mean_batch(work)
         return WindowEnergy(
             label=window.label,
             start_s=window.start_s,
@@ -367,7 +381,7 @@ class Accountant:
         )
 
     def _source_energy(
-        self, index: int, window: WindowHandle, final: bool, work: Sequence[WorkStep]
+        self, index: int, window: WindowHandle, final: bool, claim: Claim
     ) -> SourceEnergy:
         track, account = self.tracks[index], window.accounts[index]
         source = track.source
@@ -394,14 +408,14 @@ class Accountant:
         tail_j: float | None = share.tail_j
         by_ledger = account.by_ledger
         if by_ledger is None:
-            by_ledger = account.by_ledger = self._by_steps(index, window, work)
+            by_ledger = account.by_ledger = self._by_steps(index, window, claim)
         energy_j = share.energy_j + by_ledger.energy_j
         net_j = share.net_j + by_ledger.net_j
         if not final or idle_w is None:
             energy_j, net_j, tail_j = energy_j - share.tail_j, net_j - share.tail_j, None
         prefill_j = None
         if window.split_s is not None:
-            prefill_j = self._prefill_by_steps(index, window, window.split_s, work)
+            prefill_j = self._prefill_by_steps(index, window, window.split_s, claim)
             if account.intervals:
                 span = self._span(window)
                 prefill_j += sum(
@@ -422,9 +436,10 @@ class Accountant:
             shared=share.shared or by_ledger.shared,
         )
 
-    def _by_steps(self, index: int, window: WindowHandle, work: Sequence[WorkStep]) -> Share:
+    def _by_steps(self, index: int, window: WindowHandle, claim: Claim) -> Share:
         """The window's part of the intervals split by the ledger (`WorkInterval`): in each it
-        is in, the pot times its steps' claim there over all the claims there."""
+        is in, the pot times its steps' claim there (`claim(low_s, high_s)`) over all the
+        claims there."""
         part = Share()
         end_s = window.end_s
         assert end_s is not None
@@ -433,7 +448,7 @@ class Accountant:
             if interval.low_s >= end_s:
                 break
             part.shared |= interval.shared
-            claim_s = claim_in_s(work, interval.low_s, interval.high_s)
+            claim_s = claim(interval.low_s, interval.high_s)
             if claim_s <= 0:  # it waited for its turn
                 continue
             fraction = claim_s / interval.claimed_s
@@ -443,7 +458,7 @@ class Accountant:
         return part
 
     def _prefill_by_steps(
-        self, index: int, window: WindowHandle, split_s: float, work: Sequence[WorkStep]
+        self, index: int, window: WindowHandle, split_s: float, claim: Claim
     ) -> float:
         """The window's part of the intervals split by the ledger before its first token."""
         intervals = self._split[index]
@@ -451,7 +466,7 @@ class Accountant:
         for interval in intervals[bisect.bisect_right(intervals, window.start_s, key=_high_s) :]:
             if interval.low_s >= split_s:
                 break
-            before_s = claim_in_s(work, interval.low_s, min(interval.high_s, split_s))
+            before_s = claim(interval.low_s, min(interval.high_s, split_s))
             prefill_j += interval.pot_j * before_s / interval.claimed_s
         return prefill_j
 

@@ -57,13 +57,16 @@ class StepLedger:
         self._busy = False
         self._landed_s = float("-inf")  # the end of the last recorded step (or the busy start)
         self._watch: tuple[float, Callable[[], None]] | None = None
-        # The steps in time order (one engine: they do not overlap), each with its followed
+        # The steps in the order they land (their ends ascending), each with its followed
         # rows' shares summed, and the running sums of share * time (a step's claim) before
-        # each; steps the meter has split every interval of are forgotten (`forget`).
+        # each; steps the meter has split every interval of are forgotten (`forget`). One
+        # engine's steps follow one another; an engine that lands each sequence's step apart
+        # (a fake) has steps that overlap, as long as the longest held (`_longest_s`).
         self._starts: list[float] = []
         self._ends: list[float] = []
         self._followed: list[float] = []
         self._sums_s: list[float] = [0.0]
+        self._longest_s = 0.0
 
     # The meter's side ------------------------------------------------------------------------
 
@@ -99,16 +102,23 @@ class StepLedger:
         """The followed sequences' claims on [low_s, high_s] summed: each step's followed
         shares times its time inside the interval (what the windows' claims there add up to)."""
         with self._lock:
-            starts, ends = self._starts, self._ends
+            starts, ends, followed = self._starts, self._ends, self._followed
             first = bisect.bisect_right(ends, low_s)  # the first step ending after low_s
-            last = bisect.bisect_left(starts, high_s, first)  # the first starting at high_s on
-            if first >= last:
-                return 0.0
+            last = bisect.bisect_right(ends, high_s, first)  # the first ending after high_s
             claim_s = self._sums_s[last] - self._sums_s[first]
-            if starts[first] < low_s:  # only the first and last step can be cut by an edge
-                claim_s -= self._followed[first] * (low_s - starts[first])
-            if ends[last - 1] > high_s:
-                claim_s -= self._followed[last - 1] * (ends[last - 1] - high_s)
+            # Less the parts before low_s of the steps ending in the interval (those ending
+            # within the longest step's time of it), plus the parts inside of those ending
+            # after it: one step at each edge where steps follow one another.
+            index, reach_s = first, low_s + self._longest_s
+            while index < last and ends[index] < reach_s:
+                if starts[index] < low_s:
+                    claim_s -= followed[index] * (low_s - starts[index])
+                index += 1
+            index, reach_s = last, high_s + self._longest_s
+            while index < len(ends) and ends[index] <= reach_s:
+                if starts[index] < high_s:
+                    claim_s += followed[index] * (high_s - max(starts[index], low_s))
+                index += 1
         return max(claim_s, 0.0)
 
     def forget(self, before_s: float) -> None:
@@ -120,6 +130,10 @@ class StepLedger:
             del self._starts[:done], self._ends[:done], self._followed[:done]
             base = self._sums_s[done]  # from 0 again, so the sums stay small and exact
             self._sums_s = [sum_s - base for sum_s in self._sums_s[done:]]
+            self._longest_s = max(
+                (end_s - start_s for start_s, end_s in zip(self._starts, self._ends, strict=True)),
+                default=0.0,
+            )
 
     def when_complete(self, time_s: float, callback: Callable[[], None]) -> None:
         """Call `callback` (in the engine's thread, or now) once the ledger is complete up to
@@ -153,12 +167,12 @@ class StepLedger:
 
     def landed(self, start_s: float, end_s: float, followed: float) -> None:
         """A step from `start_s` to `end_s` is recorded (its pieces appended); `followed`: the
-        shares of its rows whose sequences `attach` said are followed, summed."""
+        shares of its rows whose sequences `attach` said are followed, summed. Steps land in
+        the order of their ends."""
         with self._lock:
             self._landed_s = max(self._landed_s, end_s)
             if followed > 0:
-                if self._ends:  # one engine's steps follow one another
-                    start_s = min(max(start_s, self._ends[-1]), end_s)
+                self._longest_s = max(self._longest_s, end_s - start_s)
                 self._starts.append(start_s)
                 self._ends.append(end_s)
                 self._followed.append(followed)
