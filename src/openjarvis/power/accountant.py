@@ -100,10 +100,14 @@ class Accountant:
         if ledger is not None:
             if all(cursor is not None for cursor in self.cursors):
                 ledger.forget(min(cursor.time_s for cursor in self.cursors if cursor))
-            # The window open longest has the batch's shared pieces (pending: opening order).
-            first = next((w for w in self.pending if w.end_s is None and w.key is not None), None)
-            if first is not None and first.key is not None:
-                self._shared.extend(ledger.pieces(first.key))
+            # The window open longest that ran since (pending: opening order) has the batch's
+            # shared pieces, its prompt's long behind it.
+            for window in self.pending:
+                if window.end_s is None and window.key is not None:
+                    work = ledger.pieces(window.key)
+                    if work and work[-1].end_s > self._shared.last_s:
+                        self._shared.extend(work)
+                        break
         return changed
 
     def _horizon_s(self, index: int) -> float | None:

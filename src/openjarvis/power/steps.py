@@ -2,20 +2,24 @@
 window published from them costs the same however many steps it took.
 
 A batching engine hands every decode row of a step the same piece (the rows' shares are
-equal), so the windows running at once have the same pieces from their second step on: their
-first is most often their prompt's own. The accountant keeps those shared pieces in one list,
-extended each pass from the window that has run longest, and finds a window's pieces in it by
-the identity of its first (or second) piece, checked whole at C speed. A window whose pieces are
-not found there (it waited a step, or its steps are several sequences') is summed piece by piece.
+equal), so the windows running at once have the same pieces once their prompt is in: its steps
+(a prompt joins decode steps as rows, in chunks under a token budget) are the window's own. The
+accountant keeps the shared pieces in one list, extended each pass from the window that has run
+longest, and finds a window's pieces in it by the identity of its first piece there (after at
+most `MAX_OWN` of its own), the rest checked whole at C speed. A window whose pieces are not
+found there (it waited a step, or its steps are several sequences') is summed piece by piece.
 """
 
 import bisect
 import operator
 from collections.abc import Sequence
 
-from openjarvis.power.edges import WorkStep, claim_in_s, mean_batch
+from openjarvis.power.edges import WorkStep, mean_batch
 
-__all__ = ["SharedSteps"]
+__all__ = ["MAX_OWN", "Run", "SharedSteps"]
+
+# A window's own pieces before its shared ones looked past: its prompt's chunks.
+MAX_OWN = 8
 
 
 class SharedSteps:
@@ -31,11 +35,18 @@ class SharedSteps:
         self._batches_s = [0.0]
         self._at: dict[int, int] = {}  # id(step): its place + self._base
         self._base = 0  # steps forgotten so far
+        self.found = 0  # windows found here (`find`), and not
+        self.missed = 0
+
+    @property
+    def last_s(self) -> float:
+        """The end of the last piece held."""
+        return self._ends[-1] if self._ends else -float("inf")
 
     def extend(self, work: Sequence[WorkStep]) -> None:
         """Add the pieces of `work` (one window's, in time order) after its first (its own,
         most often: a prompt) that end after the last one held."""
-        last_s = self._ends[-1] if self._ends else -float("inf")
+        last_s = self.last_s
         first = max(1, bisect.bisect_right(work, last_s, key=_end_s))
         for step in work[first:]:
             if step.start_s < last_s:  # not one engine's steps one after another: not shared
@@ -65,32 +76,43 @@ class SharedSteps:
             sums[:] = [sum_s - base for sum_s in sums[done:]]
 
     def find(self, work: Sequence[WorkStep]) -> "Run | None":
-        """Where `work` lies in the shared pieces: whole, or all but its first (None: not)."""
-        for own in (0, 1):
-            if len(work) <= own:
-                return None
+        """Where `work` lies in the shared pieces, past at most `MAX_OWN` of its own (None:
+        not there). Its pieces past the last held are added first (no window ran after it)."""
+        if work and work[-1].end_s > self.last_s:
+            self.extend(work)
+        for own in range(min(MAX_OWN + 1, len(work))):
             at = self._at.get(id(work[own]))
             if at is not None:
                 place = at - self._base
                 end = place + len(work) - own
                 if self._steps[place:end] == work[own:]:  # the same objects: C speed
-                    return Run(self, work[0] if own else None, place, end)
+                    self.found += 1
+                    return Run(self, tuple(work[:own]), place, end)
+                break
+        self.missed += 1
         return None
 
 
 class Run:
-    """One window's pieces: `head` (its own first, or None) and the shared ones from `place`
-    to `end`."""
+    """One window's pieces: `head` (its own, first) and the shared ones from `place` to
+    `end`."""
 
-    def __init__(self, shared: SharedSteps, head: WorkStep | None, place: int, end: int) -> None:
+    def __init__(
+        self, shared: SharedSteps, head: tuple[WorkStep, ...], place: int, end: int
+    ) -> None:
         self._shared, self.head, self.place, self.end = shared, head, place, end
 
     def claim_s(self, low_s: float, high_s: float) -> float:
-        """Its claim on [low_s, high_s]: `claim_in_s` over its pieces, from the running sums."""
+        """Its claim on [low_s, high_s] (`edges.claim_in_s` of its pieces), from the running
+        sums."""
         shared = self._shared
         first = bisect.bisect_right(shared._ends, low_s, self.place, self.end)
         last = bisect.bisect_left(shared._starts, high_s, first, self.end)
-        claim_s = 0.0 if self.head is None else claim_in_s((self.head,), low_s, high_s)
+        claim_s = 0.0
+        for step in self.head:  # a few steps of its own, each cut to the interval
+            inside_s = min(step.end_s, high_s) - max(step.start_s, low_s)
+            if inside_s > 0:
+                claim_s += step.share * inside_s
         if first >= last:
             return claim_s
         steps = shared._steps
@@ -107,12 +129,11 @@ class Run:
         shared, head = self._shared, self.head
         length_s = shared._lengths_s[self.end] - shared._lengths_s[self.place]
         batch_s = shared._batches_s[self.end] - shared._batches_s[self.place]
-        if head is not None:
-            length_s += head.length_s
-            batch_s += head.batch_s
+        for step in head:
+            length_s += step.length_s
+            batch_s += step.batch_s
         if length_s <= 0:  # steps too short for the clock: mean_batch counts them alike
-            steps = shared._steps[self.place : self.end]
-            return mean_batch([head, *steps] if head is not None else steps)
+            return mean_batch([*head, *shared._steps[self.place : self.end]])
         return batch_s / length_s
 
 

@@ -261,10 +261,12 @@ class BatchScheduler:
         step_end_s = time.monotonic()
         # Streams wake only now, all at once: a stream woken mid-step would take the GIL from
         # this thread between its samplers' calls (a stall per call on a busy machine).
-        share, followed = 1.0 / len(running), 0.0
+        # The rows share one piece (the meter finds a window's pieces among the batch's).
+        piece = WorkPiece(step_start_s, step_end_s, 1.0 / len(running), len(running))
+        followed = 0.0
         for sequence, token in zip(running, chosen, strict=True):
-            sequence.work.append(WorkPiece(step_start_s, step_end_s, share, len(running)))
-            followed += share if sequence.followed else 0.0
+            sequence.work.append(piece)
+            followed += piece.share if sequence.followed else 0.0
             self._emit(sequence, token, step_end_s)
         self.ledger.landed(step_start_s, step_end_s, followed)
         for sequence in list(running):
