@@ -103,9 +103,9 @@ class Level:
     counter_net_j: float | None = None
     accounting_cpu_s: float = 0.0
     # Windows published from the batch's shared pieces (power/steps.py), and summed piece by
-    # piece instead.
-    shared_found: int = 0
-    shared_missed: int = 0
+    # piece instead (None: a tree without them, SRC=).
+    shared_found: int | None = None
+    shared_missed: int | None = None
     steps: "StepCounts | None" = None  # the torch engine's steps over the level
     # The server process's garbage collections over the level: (seconds, generation) each. A
     # collection stops every thread of the server while it runs.
@@ -317,8 +317,8 @@ def run_level(
     level = Level(clients)
     meter = server.meter
     accounting_before_s = meter.accounting_cpu_s
-    shared = meter._accountant._shared
-    found_before, missed_before = shared.found, shared.missed
+    shared = getattr(meter._accountant, "_shared", None)  # None: an older tree (SRC=)
+    found_before, missed_before = (shared.found, shared.missed) if shared else (0, 0)
     step_counts = getattr(server.engine, "step_counts", None)
     steps_before = step_counts() if step_counts is not None else None
     energy_before_j = counters_j(server)
@@ -370,8 +370,9 @@ def run_level(
     if spy is not None:
         spy.wait()
     level.accounting_cpu_s = meter.accounting_cpu_s - accounting_before_s
-    level.shared_found = shared.found - found_before
-    level.shared_missed = shared.missed - missed_before
+    if shared is not None:
+        level.shared_found = shared.found - found_before
+        level.shared_missed = shared.missed - missed_before
     if step_counts is not None and steps_before is not None:
         level.steps = step_counts().since(steps_before)
     if energy_before_j is not None and energy_after_j is not None:
@@ -448,10 +449,11 @@ def report(levels: list[Level]) -> None:
     for level in levels:
         print(f"{level.clients:7d} clients, the server's collections: {collections_text(level)}")
     for level in levels:
-        print(
-            f"{level.clients:7d} clients, windows published from the batch's shared pieces: "
-            f"{level.shared_found} of {level.shared_found + level.shared_missed}"
-        )
+        if level.shared_found is not None and level.shared_missed is not None:
+            print(
+                f"{level.clients:7d} clients, windows published from the batch's shared pieces: "
+                f"{level.shared_found} of {level.shared_found + level.shared_missed}"
+            )
 
 
 def report_breakdown(levels: list[Level]) -> None:
