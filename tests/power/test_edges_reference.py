@@ -1,10 +1,12 @@
-"""The accountant's fast paths (runs of steps summed once per interval for all the windows in
-it, the steps of an interval found by bisection, a scope's sources added in one pass) against
-the straightforward computation: every step of every window, one by one, on random engines."""
+"""The accountant's fast paths (a window's steps found among the batch's shared pieces and
+summed from their running sums, the steps of an interval found by bisection, a scope's sources
+added in one pass) against the straightforward computation: every step of every window, one by
+one, on random engines."""
 
 import itertools
 import math
 import random
+from collections import Counter
 
 import pytest
 
@@ -14,14 +16,12 @@ from openjarvis.power.edges import (
     Piece,
     Share,
     Span,
-    StepTally,
-    _Runs,
     _union_s,
-    _work_claim_s,
     attribute,
     before_split_fraction,
     mean_batch,
 )
+from openjarvis.power.steps import MAX_OWN, SharedSteps
 from openjarvis.power.types import SourceEnergy
 
 # A few parts in 1e12: sums taken in another order, nothing more.
@@ -198,77 +198,44 @@ def test_attribute_equals_the_straightforward_split_on_random_engines(seed: int)
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_runs_summed_once_give_each_span_its_own_claim(seed: int) -> None:
-    """Claims through one `_Runs` for many spans (its reference run changes as longer runs
-    come, and equal copies and rows of their own are in them) against step-by-step sums."""
-    rng = random.Random(seed)
-    spans, end_s = engine(rng)
-    for _ in range(20):
-        low_s, high_s = sorted(rng.uniform(-0.01, end_s + 0.01) for _ in range(2))
-        runs = _Runs()
-        for span in rng.sample(spans, len(spans)):
-            until_s = rng.choice([span.end_s, rng.uniform(low_s, high_s)])
-            want = claim_s(span, until_s, low_s, high_s)
-            assert _work_claim_s(span, until_s, low_s, high_s, runs) == pytest.approx(want, **CLOSE)
-
-
-def test_a_run_found_in_the_longest_is_checked_step_by_step() -> None:
-    """A run with the longest run's first step and length but another step inside is summed
-    from its own steps."""
-    steps = [Piece(0.1 * i, 0.1 * (i + 1), 0.5, 2) for i in range(6)]
-    other = Piece(0.2, 0.3, 1.0, 1)  # the same time as steps[2], another share
-    runs = _Runs()
-    assert runs.claim_s(steps) == pytest.approx(0.3)
-    assert runs.claim_s(steps[1:4]) == pytest.approx(0.15)
-    assert runs.claim_s([steps[1], other, steps[3]]) == pytest.approx(0.2)
-
-
-def test_a_run_whose_first_step_is_its_own_is_summed_and_counted_from_the_longest() -> None:
-    """A prompt joining a decode step has a piece of its own there, then takes part in the
-    others' steps: its claim and mean batch come from the longest run's sums past that step."""
-    steps = [Piece(0.1 * i, 0.1 * (i + 1), 0.25, 4) for i in range(6)]
-    prompt = Piece(0.2, 0.3, 0.5, 4)  # the time of steps[2], a larger share
-    runs = _Runs()
-    assert runs.claim_s(steps) == pytest.approx(0.15)
-    joined = [prompt, *steps[3:]]
-    assert runs.claim_s(joined) == pytest.approx(0.05 + 3 * 0.025)
-    tally = StepTally()
-    runs.count(tally, joined, 0, len(joined))
-    assert (tally.length_s, tally.batch_s) == pytest.approx((0.4, 1.6))
-    assert tally.mean_batch(joined) == pytest.approx(mean_batch(joined))
-    # Its first step its own and another step inside: summed from its own steps.
-    other = [prompt, steps[3], Piece(0.4, 0.5, 1.0, 1), steps[5]]
-    assert runs.claim_s(other) == pytest.approx(0.05 + 0.025 + 0.1 + 0.025)
-    tally = StepTally()
-    runs.count(tally, other, 0, len(other))
-    assert tally.mean_batch(other) == pytest.approx(mean_batch(other))
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_the_mean_batch_tallied_as_intervals_are_split_equals_one_over_all_steps(
+def test_a_window_found_among_the_shared_pieces_has_the_claims_and_mean_batch_of_its_own(
     seed: int,
 ) -> None:
-    """Each window's steps counted as the accountant splits its intervals one at a time
-    (knots that cut steps, intervals inside a step, steps before the first knot or after the
-    last counted only at publication, windows with no steps, one whose steps come as a fresh
-    list at each split as several sequences' do) against `mean_batch` over all its steps."""
+    """Claims on random intervals and the mean batch from the shared pieces' running sums
+    (`steps.Run`) against each piece summed, for every window found there; a window whose
+    pieces, past at most MAX_OWN of its own first, are a run of the shared ones is found."""
     rng = random.Random(seed)
     spans, end_s = engine(rng, batches=True)
-    for span in spans:
-        span.tally = StepTally()
-    times_s = sorted(rng.uniform(-0.02, end_s + 0.02) for _ in range(rng.randint(2, 40)))
-    knots = [Knot(time_s, 10.0 * i) for i, time_s in enumerate(times_s)]
-    merged = rng.choice(spans)
-    for first, last in itertools.pairwise(knots):
-        merged.work = list(merged.work)  # a fresh list, as the ledger merges several
-        inside = [s for s in spans if s.start_s < last.time_s and s.end_s > first.time_s]
-        attribute([first, last], rng.sample(inside, len(inside)), rng.choice([None, 100.0]))
-    for span in spans:
-        assert span.tally is not None
-        want = mean_batch(span.work)
-        got = span.tally.mean_batch(span.work)
-        assert (got is None) == (want is None)
-        assert got == pytest.approx(want, **CLOSE)
+    # The pieces most windows took, one a step (copies and shares of their own aside).
+    counts = Counter(id(piece) for span in spans for piece in span.work)
+    by_step: dict[float, Piece] = {}
+    for piece in sorted((p for s in spans for p in s.work), key=lambda p: -counts[id(p)]):
+        by_step.setdefault(piece.end_s, piece)
+    steps = [by_step[end_s] for end_s in sorted(by_step)]
+    shared = SharedSteps()
+    shared.extend([Piece(-1.0, -0.5, 1.0, 1), *steps])  # a window's own first piece is skipped
+    runs = []
+    for _ in range(10):  # windows made as such runs, with 0 to MAX_OWN pieces of their own
+        first = rng.randrange(len(steps))
+        last = rng.randrange(first, len(steps)) + 1
+        start_s = steps[first].start_s
+        own = [
+            Piece(start_s - 0.001 * (k + 1), start_s - 0.001 * k, rng.uniform(0.1, 1.0), 3)
+            for k in reversed(range(rng.randint(0, MAX_OWN)))
+        ]
+        runs.append(Span(-math.inf, math.inf, work=[*own, *steps[first:last]]))
+    for span in [*spans, *runs]:
+        run = shared.find(span.work)
+        if span in runs:
+            assert run is not None
+        if run is None:
+            continue
+        assert run.mean_batch() == pytest.approx(mean_batch(span.work), **CLOSE)
+        whole = Span(-math.inf, math.inf, work=span.work)
+        for _ in range(10):
+            low_s, high_s = sorted(rng.uniform(-0.02, end_s + 0.01) for _ in range(2))
+            want = claim_s(whole, math.inf, low_s, high_s)
+            assert run.claim_s(low_s, high_s) == pytest.approx(want, **CLOSE)
 
 
 @pytest.mark.parametrize("seed", range(20))

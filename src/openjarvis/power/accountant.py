@@ -27,6 +27,7 @@ from openjarvis.power.edges import (
     before_split_fraction,
     claim_in_s,
     covered_s,
+    mean_batch,
 )
 from openjarvis.power.steps import SharedSteps
 from openjarvis.power.track import Track
@@ -273,7 +274,7 @@ class Accountant:
             span = Span(window.start_s, end_s)
         else:
             work = self.ledger.pieces(window.key)
-            span = Span(window.start_s, end_s, None, work, reported=True, tally=window.tally)
+            span = Span(window.start_s, end_s, None, work, reported=True)
         self._spans[id(window)] = span
         return span
 
@@ -358,7 +359,7 @@ class Accountant:
         elif window.key is None or self.ledger is None:
             batch = None
         else:
-            batch = run.mean_batch() if run is not None else window.tally.mean_batch(work)
+            batch = run.mean_batch() if run is not None else mean_batch(work)
         return WindowEnergy(
             label=window.label,
             start_s=window.start_s,

@@ -20,7 +20,6 @@ __all__ = [
     "Piece",
     "Share",
     "Span",
-    "StepTally",
     "WorkStep",
     "attribute",
     "before_split_fraction",
@@ -96,31 +95,6 @@ def mean_batch(pieces: Sequence[WorkStep]) -> float | None:
     return sum([piece.batch_s for piece in pieces]) / seconds
 
 
-@dataclass(slots=True)
-class StepTally:
-    """A window's steps summed for its mean batch as its intervals are split, so that its
-    publication only divides: the time and batch * time of the first `counted` steps of
-    `steps`, the list the ledger gave (one sequence's own record, which only grows). A window
-    whose steps came as another list (several sequences, merged afresh at each call) is
-    `lost`: its mean batch is taken from all its steps at publication."""
-
-    steps: Sequence[WorkStep] | None = None
-    counted: int = 0
-    length_s: float = 0.0
-    batch_s: float = 0.0
-    lost: bool = False
-
-    def mean_batch(self, steps: Sequence[WorkStep]) -> float | None:
-        """`mean_batch(steps)` from the sums so far and the steps not counted yet."""
-        if self.lost or steps is not self.steps:  # another list, or nothing counted yet
-            return mean_batch(steps)
-        rest = steps[self.counted :]
-        length_s = self.length_s + sum([step.length_s for step in rest])
-        if length_s <= 0:  # steps too short for the clock: mean_batch counts them alike
-            return mean_batch(steps)
-        return (self.batch_s + sum([step.batch_s for step in rest])) / length_s
-
-
 @dataclass(frozen=True, slots=True)
 class Knot:
     """The counter's cumulative energy at one instant: a refresh, or a read of a counter that
@@ -142,7 +116,6 @@ class Span:  # a frozen dataclass's __init__ takes three times as long
     split_s: float | None = None
     work: Sequence[WorkStep] = ()
     reported: bool = False
-    tally: StepTally | None = None  # the window's steps counted for its mean batch so far
 
 
 @dataclass(slots=True)
@@ -215,7 +188,7 @@ def attribute(
             )
             for s in spans
         ]
-        work_s = _work_claims_s(spans, owns, low_s, high_s)
+        work_s = _work_claims_s(spans, low_s, high_s)
         if sum(work_s) > 0:
             _split_by_work(shares, spans, low_s, high_s, energy_j, idle_power_w, owns, work_s)
             continue
@@ -258,73 +231,27 @@ def before_split_fraction(
     return _overlap_s(span.start_s, split_s, low_s, high_s) / own_s if own_s > 0 else 0.0
 
 
-def _work_claims_s(
-    spans: Sequence[Span], owns: list[float], low_s: float, high_s: float
-) -> list[float]:
-    """Each span's `_work_claim_s` on the interval, those that cover more of it first (the
-    longest runs of steps are summed first, and the others are found in them). This is the
-    accountant's hottest loop (every window of every interval), so `_work_claim_s` is
-    written out here for its common case, a span's whole time with its steps."""
-    runs = _Runs()
-    claims_s = [0.0] * len(spans)
-    bisect_right, bisect_left, end_key, start_key = (
-        bisect.bisect_right,
-        bisect.bisect_left,
-        _end_s,
-        _start_s,
-    )
-    for i in sorted(range(len(spans)), key=owns.__getitem__, reverse=True):
-        span = spans[i]
-        work = span.work
-        if not work:
-            continue
-        start_s, end_s = span.start_s, span.end_s
-        low = start_s if start_s > low_s else low_s
-        high = end_s if end_s < high_s else high_s
-        first = bisect_right(work, low, key=end_key)  # the first step ending after low
-        last = bisect_left(work, high, first, key=start_key)  # the first starting at high on
-        if first >= last:
-            continue
-        claim_s = runs.claim_s(work[first:last])
-        tally = span.tally
-        if tally is not None and tally.counted < last and not tally.lost:
-            runs.count(tally, work, first, last)
-        if (first + 1 < last and work[first + 1].start_s < low) or (
-            last - 2 >= first and work[last - 2].end_s > high
-        ):  # several steps cut at an edge (a window's sequences in one step)
-            claims_s[i] = _cut_edges(work, first, last, claim_s, low, high)
-            continue
-        head, tail = work[first], work[last - 1]  # most often each cut, and only they
-        if head.start_s < low:
-            claim_s -= head.share * (low - head.start_s)
-        if tail.end_s > high:
-            claim_s -= tail.share * (tail.end_s - high)
-        claims_s[i] = claim_s if claim_s > 0.0 else 0.0
-    return claims_s
+def _work_claims_s(spans: Sequence[Span], low_s: float, high_s: float) -> list[float]:
+    """Each span's `_work_claim_s` on the interval, over its whole time."""
+    return [_work_claim_s(span, span.end_s, low_s, high_s) if span.work else 0.0 for span in spans]
 
 
-def _work_claim_s(
-    span: Span, until_s: float, low_s: float, high_s: float, runs: "_Runs | None" = None
-) -> float:
+def _work_claim_s(span: Span, until_s: float, low_s: float, high_s: float) -> float:
     """A span's claim on an interval: its share of each step, times the step's time inside the
-    interval (and inside the span, up to `until_s`). The steps are in time order: those in the
-    interval are summed by their whole claims (`runs` sums each run of steps once for the
-    spans of one interval), less the parts outside of those that an edge cuts."""
-    return claim_in_s(span.work, max(low_s, span.start_s), min(high_s, span.end_s, until_s), runs)
+    interval (and inside the span, up to `until_s`)."""
+    return claim_in_s(span.work, max(low_s, span.start_s), min(high_s, span.end_s, until_s))
 
 
-def claim_in_s(
-    work: Sequence[WorkStep], low_s: float, high_s: float, runs: "_Runs | None" = None
-) -> float:
+def claim_in_s(work: Sequence[WorkStep], low_s: float, high_s: float) -> float:
     """The claims of steps (one window's, in time order) on [low_s, high_s]: each step's share
-    times its time inside the interval."""
+    times its time inside the interval. Those in it are summed by their whole claims, less the
+    parts outside of the steps that an edge cuts."""
     first = bisect.bisect_right(work, low_s, key=_end_s)  # the first step ending after low_s
     # The first starting at high_s or later (none before `first`, or the interval is empty).
     last = bisect.bisect_left(work, high_s, lo=first, key=_start_s)
     if first >= last:
         return 0.0
-    steps = work[first:last]
-    claim_s = sum([step.claim_s for step in steps]) if runs is None else runs.claim_s(steps)
+    claim_s = sum([step.claim_s for step in work[first:last]])
     return _cut_edges(work, first, last, claim_s, low_s, high_s)
 
 
@@ -343,84 +270,6 @@ def _cut_edges(
         claim_s -= work[index].share * (work[index].end_s - high_s)
         index -= 1
     return max(claim_s, 0.0)
-
-
-class _Runs:
-    """The whole claims of the runs of steps that spans have in one interval, summed once. The
-    sequences of a batch take part in the same steps, so a window's run in an interval is most
-    often a part of the longest one: found in it by its first step and compared item by item
-    (at C speed: the same objects, or steps equal in every field, whose claims are then equal
-    too), it is summed from the running sums of the longest run's claims (a run whose first
-    step alone is its own, a prompt joining a step, likewise). Give it the longest
-    first. The same running sums of the steps' time and batch * time count each window's new
-    steps for its mean batch (`count`)."""
-
-    def __init__(self) -> None:
-        self._steps: Sequence[WorkStep] = ()  # the longest run so far
-        self._sums_s: list[float] = [0.0]  # the claims of its first i steps, for each i
-        self._at: dict[int, int] | None = None  # a step's id: its place (made once looked in)
-        # Where the run last summed lies in the longest (one before, where its first step is
-        # its own: `_head`).
-        self._place: int | None = None
-        self._head: WorkStep | None = None  # its first step, where only the rest lies there
-        # The time and batch * time of the longest's first i steps (made once counted from).
-        self._batch_sums: tuple[list[float], list[float]] | None = None
-
-    def claim_s(self, steps: Sequence[WorkStep]) -> float:
-        """The sum of the whole claims of `steps` (a run of one span's steps, in time order)."""
-        if self._at is None:
-            self._at = {id(step): place for place, step in enumerate(self._steps)}
-        at = self._at.get(id(steps[0]))
-        self._head = None
-        end = len(steps) if at is None else at + len(steps)
-        if at is not None and self._steps[at:end] == steps:
-            self._place = at
-            return self._sums_s[end] - self._sums_s[at]
-        if at is None and len(steps) > 1 and (at := self._at.get(id(steps[1]))) is not None:
-            # A sequence's first step, its prompt as rows of a decode step (a piece of its own),
-            # before the decode steps of the others: the rest is found in the longest.
-            end = at + len(steps) - 1
-            if self._steps[at:end] == steps[1:]:
-                self._place, self._head = at - 1, steps[0]
-                return steps[0].claim_s + self._sums_s[end] - self._sums_s[at]
-        # A comprehension reads the fields faster than map(attrgetter) (Python 3.11).
-        claims_s = [step.claim_s for step in steps]
-        self._place = None
-        if len(steps) > len(self._steps):
-            self._steps, self._at, self._batch_sums, self._place = steps, None, None, 0
-            self._sums_s = list(itertools.accumulate(claims_s, initial=0.0))
-        return sum(claims_s)
-
-    def count(self, tally: StepTally, work: Sequence[WorkStep], first: int, last: int) -> None:
-        """Add work[tally.counted:last] to the tally, where work[first:last] is the run last
-        given to `claim_s`: from the longest run's running sums where the run lies in it and
-        the tally reaches into it (steps cut by the interval's start were counted before),
-        else step by step."""
-        if tally.steps is not work:
-            if tally.steps is not None:  # another list: the sums so far are of other steps
-                tally.lost = True
-                return
-            tally.steps = work
-        counted, place, head = tally.counted, self._place, self._head
-        if head is not None and counted == first:  # found past it: `place` is set
-            tally.length_s += head.length_s  # its own first step: the rest from the sums
-            tally.batch_s += head.batch_s
-            counted += 1
-        if place is not None and counted >= first:
-            if self._batch_sums is None:
-                self._batch_sums = (
-                    list(itertools.accumulate([s.length_s for s in self._steps], initial=0.0)),
-                    list(itertools.accumulate([s.batch_s for s in self._steps], initial=0.0)),
-                )
-            lengths_s, batches_s = self._batch_sums
-            low, high = place + counted - first, place + last - first
-            tally.length_s += lengths_s[high] - lengths_s[low]
-            tally.batch_s += batches_s[high] - batches_s[low]
-        else:
-            steps = work[counted:last]
-            tally.length_s += sum([step.length_s for step in steps])
-            tally.batch_s += sum([step.batch_s for step in steps])
-        tally.counted = last
 
 
 # Keys read at C speed (bisect calls its key at every probe).

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from openjarvis.power.edges import Share, StepTally, WorkStep
+from openjarvis.power.edges import Share, WorkStep
 from openjarvis.power.types import WindowEnergy
 
 __all__ = ["Ledger", "WindowHandle"]
@@ -76,7 +76,6 @@ class WindowHandle:
         self.published_s: float | None = None  # when `energy` was published (meter's clock)
         self.final: WindowEnergy | None = None  # tail included
         self.accounts = [Account() for _ in range(sources)]  # written by the accountant only
-        self.tally = StepTally()  # its steps counted for its mean batch (the accountant's)
         self.resolved = threading.Event()
         self.settled_event = threading.Event()
         self.on_settled = on_settled
