@@ -97,18 +97,6 @@ class Accountant:
         for index in self._order:
             changed |= self.account_track(index)
         self._spans.clear()
-        ledger = self.ledger
-        if ledger is not None:
-            if all(cursor is not None for cursor in self.cursors):
-                ledger.forget(min(cursor.time_s for cursor in self.cursors if cursor))
-            # The window open longest that ran since (pending: opening order) has the batch's
-            # shared pieces, its prompt's long behind it.
-            for window in self.pending:
-                if window.end_s is None and window.key is not None:
-                    work = ledger.pieces(window.key)
-                    if work and work[-1].end_s > self._shared.last_s:
-                        self._shared.extend(work)
-                        break
         return changed
 
     def _horizon_s(self, index: int) -> float | None:
@@ -281,6 +269,16 @@ class Accountant:
     def publish(self, now_s: float) -> list[WindowHandle]:
         """Publish each closed window whose sources are all decided, to its end and then with
         its tail; returns those settled now (their events are set by the caller, unlocked)."""
+        ledger = self.ledger
+        if ledger is not None:
+            # The window open longest that ran since (pending: opening order) has the batch's
+            # shared pieces, its prompt's long behind it.
+            for window in self.pending:
+                if window.end_s is None and window.key is not None:
+                    work = ledger.pieces(window.key)
+                    if work and work[-1].end_s > self._shared.last_s:
+                        self._shared.extend(work)
+                        break
         settled: list[WindowHandle] = []
         pending: list[WindowHandle] = []
         for window in self.pending:
@@ -294,6 +292,8 @@ class Accountant:
         for intervals in self._split:
             del intervals[: bisect.bisect_right(intervals, first_s, key=_high_s)]
         self._shared.forget(first_s)
+        if ledger is not None and all(cursor is not None for cursor in self.cursors):
+            ledger.forget(min(cursor.time_s for cursor in self.cursors if cursor))
         return settled
 
     def _publish(self, window: WindowHandle, now_s: float) -> bool:
@@ -412,15 +412,16 @@ class Accountant:
             )
         tail_j: float | None = share.tail_j
         by_ledger = account.by_ledger
-        if by_ledger is None:
+        if by_ledger is None or account.by_ledger_split_s != window.split_s:
             by_ledger = account.by_ledger = self._by_steps(index, window, claim)
+            account.by_ledger_split_s = window.split_s
         energy_j = share.energy_j + by_ledger.energy_j
         net_j = share.net_j + by_ledger.net_j
         if not final or idle_w is None:
             energy_j, net_j, tail_j = energy_j - share.tail_j, net_j - share.tail_j, None
         prefill_j = None
         if window.split_s is not None:
-            prefill_j = self._prefill_by_steps(index, window, window.split_s, claim)
+            prefill_j = by_ledger.before_split_j
             if account.intervals:
                 span = self._span(window)
                 prefill_j += sum(
@@ -444,9 +445,9 @@ class Accountant:
     def _by_steps(self, index: int, window: WindowHandle, claim: Claim) -> Share:
         """The window's part of the intervals split by the ledger (`WorkInterval`): in each it
         is in, the pot times its steps' claim there (`claim(low_s, high_s)`) over all the
-        claims there."""
+        claims there; the same before its first token in `before_split_j`."""
         part = Share()
-        end_s = window.end_s
+        end_s, split_s = window.end_s, window.split_s
         assert end_s is not None
         intervals = self._split[index]
         for interval in intervals[bisect.bisect_right(intervals, window.start_s, key=_high_s) :]:
@@ -460,20 +461,11 @@ class Accountant:
             part.energy_j += interval.pot_j * fraction
             if interval.above_j is not None:
                 part.net_j += interval.above_j * fraction
+            if split_s is not None and interval.low_s < split_s:
+                if interval.high_s > split_s:  # its first token inside: its claim up to it
+                    fraction = claim(interval.low_s, split_s) / interval.claimed_s
+                part.before_split_j += interval.pot_j * fraction
         return part
-
-    def _prefill_by_steps(
-        self, index: int, window: WindowHandle, split_s: float, claim: Claim
-    ) -> float:
-        """The window's part of the intervals split by the ledger before its first token."""
-        intervals = self._split[index]
-        prefill_j = 0.0
-        for interval in intervals[bisect.bisect_right(intervals, window.start_s, key=_high_s) :]:
-            if interval.low_s >= split_s:
-                break
-            before_s = claim(interval.low_s, min(interval.high_s, split_s))
-            prefill_j += interval.pot_j * before_s / interval.claimed_s
-        return prefill_j
 
 
 def _nothing_after_end(window: WindowHandle) -> bool:

@@ -43,8 +43,10 @@ class Account:
     # only at its end.
     intervals: list[tuple[float, float, float, float]] = field(default_factory=list)
     # Its part of the intervals split by the ledger for all their windows at once, taken from its
-    # steps when it is first published (its prefill part each time: `Accountant._by_steps`).
+    # steps when it is first published (`Accountant._by_steps`), and the first token it took
+    # the prefill part at (again if that was marked after).
     by_ledger: Share | None = None
+    by_ledger_split_s: float | None = None
 
 
 class WindowHandle:
