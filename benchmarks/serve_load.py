@@ -89,9 +89,29 @@ class MeterBreakdown:
         default_factory=list
     )
     uncovered: int = 0  # windows published without a knot after their end (a fault, no refresh)
+    # As the passes publish: (window's end, its publication, its pass's start) each, and per
+    # stepping counter its knots (time, added); `windows` is made from them after the level,
+    # so that this benchmark's own work is not in the accountant's CPU time it reports.
+    published: list[tuple[float, float, float]] = field(default_factory=list)
+    knots: list[list[tuple[float, float]]] = field(default_factory=list)
     passes: int = 0
     ledger_waits: int | None = None  # None: the meter follows no ledger
     pass_cpu_s: list[float] = field(default_factory=list)
+
+    def resolve(self) -> None:
+        """Split each published window's delay in four (`windows`), from what the passes
+        recorded."""
+        for end_s, published_s, start_s in self.published:
+            pass_s = published_s - start_s
+            covering = [_covering_knot(knots, end_s) for knots in self.knots]
+            found = [knot for knot in covering if knot is not None]
+            if len(found) < len(covering):
+                self.uncovered += 1
+            if found and len(found) == len(covering):
+                knot_s, added_s = max(found, key=lambda knot: knot[1])
+                self.windows.append((knot_s - end_s, added_s - knot_s, start_s - added_s, pass_s))
+            else:
+                self.windows.append((None, None, None, pass_s))
 
 
 @dataclass(slots=True)
@@ -148,7 +168,7 @@ def watch_meter(patch: pytest.MonkeyPatch, meter: Meter, breakdown: MeterBreakdo
     (private names: the benchmark times the meter from outside, on the meter's clock)."""
     clock = meter._clock
     pass_now = threading.local()  # the pass running in this thread: its start, a ledger wait
-    added: list[list[tuple[float, float]]] = []  # per stepping counter: (knot's time, added)
+    added = breakdown.knots  # per stepping counter: (knot's time, added)
 
     def recorded(
         add_knot: Callable[[Knot], None], knots: list[tuple[float, float]]
@@ -189,17 +209,7 @@ def watch_meter(patch: pytest.MonkeyPatch, meter: Meter, breakdown: MeterBreakdo
         start_s = getattr(pass_now, "start_s", None)  # None: a pass begun before the patch
         if unpublished and window.energy is not None and start_s is not None:
             assert window.end_s is not None and window.published_s is not None
-            pass_s = window.published_s - start_s
-            covering = [_covering_knot(knots, window.end_s) for knots in added]
-            found = [knot for knot in covering if knot is not None]
-            if len(found) < len(covering):
-                breakdown.uncovered += 1
-            if found and len(found) == len(covering):
-                knot_s, added_s = max(found, key=lambda knot: knot[1])
-                parts = (knot_s - window.end_s, added_s - knot_s, start_s - added_s, pass_s)
-                breakdown.windows.append(parts)
-            else:
-                breakdown.windows.append((None, None, None, pass_s))
+            breakdown.published.append((window.end_s, window.published_s, start_s))
         return settled
 
     patch.setattr(meter._accountant, "_publish", timed_publish)
@@ -363,6 +373,7 @@ def run_level(
                 level.replies.extend(future.result())
     finally:
         patch.undo()
+        level.breakdown.resolve()
     level.wall_s = time.monotonic() - start_s
     level.collections = collections.pauses
     level.young_threshold, level.frozen = gc.get_threshold()[0], gc.get_freeze_count()
