@@ -348,7 +348,7 @@ class Accountant:
         work: Sequence[WorkStep] = ()
         if window.key is not None and self.ledger is not None:
             work = self.ledger.pieces(window.key)
-        run = self._shared.find(work)
+        run = self._shared.find(work) if work else None
         claim = run.claim_s if run is not None else functools.partial(claim_in_s, work)
         sources = tuple(
             self._source_energy(index, window, final, claim) for index in range(len(self.tracks))
