@@ -9,7 +9,9 @@ The settings are config.py's; the bytes a decode step reads and the GPU's bandwi
 decode_roofline.py's (gpt-fast's model and TP pass).
 """
 
+import bisect
 import json
+import operator
 import os
 import socket
 import time
@@ -234,8 +236,9 @@ class TorchEngine:
     def _completion(self, outcome: Outcome, prompt_tokens: int, sequence: Sequence) -> Completion:
         work = tuple(sequence.work)
         times = outcome.token_times_s
-        # The decode steps: those after the first token (the prompt's steps come before).
-        decoding = [piece for piece in work if times and piece.start_s >= times[0]]
+        # The decode steps: those after the first token (the prompt's steps come before; the
+        # steps are in time order).
+        decoding = work[bisect.bisect_left(work, times[0], key=_start_s) :] if times else ()
         batch = _mean_batch(decoding) or 1.0
         context = prompt_tokens + len(times) / 2  # mean context over the decode
         bytes_per_token = self.roofline.bytes_per_token(context, batch)
@@ -271,12 +274,16 @@ def _one_by_one(batches: Generator[list[tuple[int, float]]]) -> Generator[tuple[
             yield from batch
 
 
-def _mean_batch(pieces: list[WorkPiece]) -> float | None:
-    """Time-weighted mean of the steps' batch sizes."""
-    total_s = sum(piece.end_s - piece.start_s for piece in pieces)
+def _mean_batch(pieces: tuple[WorkPiece, ...]) -> float | None:
+    """Time-weighted mean of the steps' batch sizes (from each piece's own time and batch *
+    time; comprehensions: this runs for every completion, in the request's thread)."""
+    total_s = sum([piece.length_s for piece in pieces])
     if total_s <= 0:
         return None
-    return sum(piece.batch * (piece.end_s - piece.start_s) for piece in pieces) / total_s
+    return sum([piece.batch_s for piece in pieces]) / total_s
+
+
+_start_s = operator.attrgetter("start_s")  # read at C speed (bisect calls it at every probe)
 
 
 def _peek_config(source: str) -> SplitSizes:
