@@ -146,7 +146,8 @@ class Accountant:
             windows: list[WindowHandle] = inside
             shares: list[Share] | None = None
             if claimed_s > 0:  # work in it, every window followed: split once for all of them
-                self._split[index].append(self._by_ledger(cursor, knot, inside, idle_w, claimed_s))
+                interval = self._work_interval(cursor, knot, inside, idle_w, claimed_s)
+                self._split[index].append(interval)
             else:
                 owner = self._gap_owner(low_s)
                 if owner is not None and owner not in inside:
@@ -178,7 +179,7 @@ class Accountant:
         self.cursors[index] = cursor
         return cursor is not first
 
-    def _by_ledger(
+    def _work_interval(
         self,
         low: Knot,
         high: Knot,
@@ -345,11 +346,14 @@ class Accountant:
 
     def _window_energy(self, window: WindowHandle, *, final: bool) -> WindowEnergy:
         assert window.end_s is not None
+        # The window's steps are read at its first publication, and again only where its first
+        # token was marked after it (its parts of the ledger's intervals are kept in between).
         work: Sequence[WorkStep] = ()
-        if window.key is not None and self.ledger is not None:
+        run, claim = None, None
+        if window.key is not None and self.ledger is not None and self._steps_needed(window):
             work = self.ledger.pieces(window.key)
-        run = self._shared.find(work) if work else None
-        claim = run.claim_s if run is not None else functools.partial(claim_in_s, work)
+            run = self._shared.find(work) if work else None
+            claim = run.claim_s if run is not None else functools.partial(claim_in_s, work)
         sources = tuple(
             self._source_energy(index, window, final, claim) for index in range(len(self.tracks))
         )
@@ -385,8 +389,17 @@ class Accountant:
             ),
         )
 
+    @staticmethod
+    def _steps_needed(window: WindowHandle) -> bool:
+        """Whether publishing the window reads its steps: its first publication, or a source
+        whose part of the ledger's intervals was taken before its first token was marked."""
+        return window.energy is None or any(
+            account.reason is None and account.by_ledger_split_s != window.split_s
+            for account in window.accounts
+        )
+
     def _source_energy(
-        self, index: int, window: WindowHandle, final: bool, claim: Claim
+        self, index: int, window: WindowHandle, final: bool, claim: Claim | None
     ) -> SourceEnergy:
         track, account = self.tracks[index], window.accounts[index]
         source = track.source
@@ -413,8 +426,10 @@ class Accountant:
         tail_j: float | None = share.tail_j
         by_ledger = account.by_ledger
         if by_ledger is None or account.by_ledger_split_s != window.split_s:
-            by_ledger = account.by_ledger = self._by_steps(index, window, claim)
-            account.by_ledger_split_s = window.split_s
+            # A window the ledger does not follow is in no interval split by it.
+            assert claim is not None or window.key is None or self.ledger is None
+            by_ledger = Share() if claim is None else self._by_steps(index, window, claim)
+            account.by_ledger, account.by_ledger_split_s = by_ledger, window.split_s
         energy_j = share.energy_j + by_ledger.energy_j
         net_j = share.net_j + by_ledger.net_j
         if not final or idle_w is None:

@@ -11,10 +11,9 @@ found there (it waited a step, or its steps are several sequences') is summed pi
 """
 
 import bisect
-import operator
 from collections.abc import Sequence
 
-from openjarvis.power.edges import WorkStep, mean_batch
+from openjarvis.power.edges import WorkStep, _end_s, mean_batch
 
 __all__ = ["MAX_OWN", "Run", "SharedSteps"]
 
@@ -135,6 +134,3 @@ class Run:
         if length_s <= 0:  # steps too short for the clock: mean_batch counts them alike
             return mean_batch([*head, *shared._steps[self.place : self.end]])
         return batch_s / length_s
-
-
-_end_s = operator.attrgetter("end_s")  # read at C speed (bisect calls it at every probe)

@@ -122,10 +122,11 @@ class StepLedger:
         return max(claim_s, 0.0)
 
     def forget(self, before_s: float) -> None:
-        """The meter has split every interval up to `before_s`: steps ending by then go."""
+        """The meter has split every interval up to `before_s`: steps ending by then go, once
+        they are most of those held (the meter says so at every publication)."""
         with self._lock:
             done = bisect.bisect_right(self._ends, before_s)
-            if done == 0:
+            if done == 0 or done * 2 < len(self._ends):
                 return
             del self._starts[:done], self._ends[:done], self._followed[:done]
             base = self._sums_s[done]  # from 0 again, so the sums stay small and exact
