@@ -29,7 +29,7 @@ from openjarvis.power.edges import (
     covered_s,
     mean_batch,
 )
-from openjarvis.power.steps import SharedSteps
+from openjarvis.power.steps import Run, SharedSteps
 from openjarvis.power.track import Track
 from openjarvis.power.types import Scope, SourceEnergy, WindowEnergy
 from openjarvis.power.windows import Ledger, WindowHandle
@@ -42,13 +42,17 @@ REFRESH_GRACE_S = 1.0
 MIN_SAMPLING_SHARE = 0.25
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkInterval:
     """An interval split by the ledger, kept until its windows are published: what the union of
     its windows gets (`pot_j`: its energy above idle plus idle over the union's time; without
     idle power, the union's time share) and above idle (`above_j`, None without idle power), the
     claims of all the followed steps in it (`claimed_s`), and whether windows shared it. A window
-    gets `pot_j` times its own steps' claim in it over `claimed_s`."""
+    gets `pot_j` times its own steps' claim in it over `claimed_s`.
+
+    `batch_j` and `batch_net_j`: that part for a window whose shared pieces run through the
+    whole interval (`steps.Run.covers`): every such window has the same pieces there, so the
+    first one published computes it for the others."""
 
     low_s: float
     high_s: float
@@ -56,6 +60,8 @@ class WorkInterval:
     above_j: float | None
     claimed_s: float
     shared: bool
+    batch_j: float | None = None
+    batch_net_j: float = 0.0
 
 
 _high_s = operator.attrgetter("high_s")
@@ -355,7 +361,8 @@ class Accountant:
             run = self._shared.find(work) if work else None
             claim = run.claim_s if run is not None else functools.partial(claim_in_s, work)
         sources = tuple(
-            self._source_energy(index, window, final, claim) for index in range(len(self.tracks))
+            self._source_energy(index, window, final, claim, run)
+            for index in range(len(self.tracks))
         )
         total = sum_scope(sources, self.scope)
         if window.energy is not None:  # published to its end before: the same steps
@@ -399,7 +406,12 @@ class Accountant:
         )
 
     def _source_energy(
-        self, index: int, window: WindowHandle, final: bool, claim: Claim | None
+        self,
+        index: int,
+        window: WindowHandle,
+        final: bool,
+        claim: Claim | None,
+        run: Run | None,
     ) -> SourceEnergy:
         track, account = self.tracks[index], window.accounts[index]
         source = track.source
@@ -428,7 +440,7 @@ class Accountant:
         if by_ledger is None or account.by_ledger_split_s != window.split_s:
             # A window the ledger does not follow is in no interval split by it.
             assert claim is not None or window.key is None or self.ledger is None
-            by_ledger = Share() if claim is None else self._by_steps(index, window, claim)
+            by_ledger = Share() if claim is None else self._by_steps(index, window, claim, run)
             account.by_ledger, account.by_ledger_split_s = by_ledger, window.split_s
         energy_j = share.energy_j + by_ledger.energy_j
         net_j = share.net_j + by_ledger.net_j
@@ -457,7 +469,7 @@ class Accountant:
             shared=share.shared or by_ledger.shared,
         )
 
-    def _by_steps(self, index: int, window: WindowHandle, claim: Claim) -> Share:
+    def _by_steps(self, index: int, window: WindowHandle, claim: Claim, run: Run | None) -> Share:
         """The window's part of the intervals split by the ledger (`WorkInterval`): in each it
         is in, the pot times its steps' claim there (`claim(low_s, high_s)`) over all the
         claims there; the same before its first token in `before_split_j`."""
@@ -465,21 +477,32 @@ class Accountant:
         end_s, split_s = window.end_s, window.split_s
         assert end_s is not None
         intervals = self._split[index]
+        # Where the window's shared pieces run through an interval, its part there is the
+        # batch's (`WorkInterval.batch_j`).
+        from_s, to_s = (run.from_s, run.to_s) if run is not None else (math.inf, -math.inf)
         for interval in intervals[bisect.bisect_right(intervals, window.start_s, key=_high_s) :]:
-            if interval.low_s >= end_s:
+            low_s, high_s = interval.low_s, interval.high_s
+            if low_s >= end_s:
                 break
             part.shared |= interval.shared
-            claim_s = claim(interval.low_s, interval.high_s)
-            if claim_s <= 0:  # it waited for its turn
-                continue
-            fraction = claim_s / interval.claimed_s
-            part.energy_j += interval.pot_j * fraction
-            if interval.above_j is not None:
-                part.net_j += interval.above_j * fraction
-            if split_s is not None and interval.low_s < split_s:
-                if interval.high_s > split_s:  # its first token inside: its claim up to it
-                    fraction = claim(interval.low_s, split_s) / interval.claimed_s
-                part.before_split_j += interval.pot_j * fraction
+            covered = from_s <= low_s and high_s <= to_s
+            if covered and interval.batch_j is not None:
+                energy_j, net_j = interval.batch_j, interval.batch_net_j
+            else:
+                claim_s = claim(low_s, high_s)
+                if claim_s <= 0:  # it waited for its turn
+                    continue
+                fraction = claim_s / interval.claimed_s
+                energy_j = interval.pot_j * fraction
+                net_j = 0.0 if interval.above_j is None else interval.above_j * fraction
+                if covered:
+                    interval.batch_j, interval.batch_net_j = energy_j, net_j
+            part.energy_j += energy_j
+            part.net_j += net_j
+            if split_s is not None and low_s < split_s:
+                if high_s > split_s:  # its first token inside: its claim up to it
+                    energy_j = interval.pot_j * claim(low_s, split_s) / interval.claimed_s
+                part.before_split_j += energy_j
         return part
 
 

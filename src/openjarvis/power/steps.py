@@ -11,6 +11,7 @@ found there (it waited a step, or its steps are several sequences') is summed pi
 """
 
 import bisect
+import math
 from collections.abc import Sequence
 
 from openjarvis.power.edges import WorkStep, _end_s, mean_batch
@@ -100,6 +101,13 @@ class Run:
         self, shared: SharedSteps, head: tuple[WorkStep, ...], place: int, end: int
     ) -> None:
         self._shared, self.head, self.place, self.end = shared, head, place, end
+        # Its own pieces end by `own_end_s` (pieces are in end order); its shared ones run
+        # through [from_s, to_s] (empty: none).
+        self.own_end_s = head[-1].end_s if head else -math.inf
+        self.from_s, self.to_s = math.inf, -math.inf
+        if place < end:
+            self.from_s = max(shared._starts[place], self.own_end_s)
+            self.to_s = shared._ends[end - 1]
 
     def claim_s(self, low_s: float, high_s: float) -> float:
         """Its claim on [low_s, high_s] (`edges.claim_in_s` of its pieces), from the running
@@ -108,10 +116,11 @@ class Run:
         first = bisect.bisect_right(shared._ends, low_s, self.place, self.end)
         last = bisect.bisect_left(shared._starts, high_s, first, self.end)
         claim_s = 0.0
-        for step in self.head:  # a few steps of its own, each cut to the interval
-            inside_s = min(step.end_s, high_s) - max(step.start_s, low_s)
-            if inside_s > 0:
-                claim_s += step.share * inside_s
+        if low_s < self.own_end_s:  # a few steps of its own, each cut to the interval
+            for step in self.head:
+                inside_s = min(step.end_s, high_s) - max(step.start_s, low_s)
+                if inside_s > 0:
+                    claim_s += step.share * inside_s
         if first >= last:
             return claim_s
         steps = shared._steps
