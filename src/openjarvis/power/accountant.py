@@ -51,8 +51,8 @@ class WorkInterval:
     gets `pot_j` times its own steps' claim in it over `claimed_s`.
 
     `batch_j` and `batch_net_j`: that part for a window whose shared pieces run through the
-    whole interval (`steps.Run.covers`): every such window has the same pieces there, so the
-    first one published computes it for the others."""
+    whole interval (inside its `steps.Run`'s `from_s` to `to_s`): every such window has the same
+    pieces there, so the first one published computes it for the others."""
 
     low_s: float
     high_s: float
