@@ -1,6 +1,7 @@
-"""The torch scheduler's host work per decode step after the GPU: `finish_step` (the step's
-tokens, pieces and ends recorded) and `deliver` (tokens handed to their consumers: every
-delivery period, and at once for a first token or an end), on the CPU, no model.
+"""The torch scheduler's host work per decode step, on the CPU, no model: building the step
+(`next_step`, the rows, and `StepInputs.of`, its tensors) and recording it after the GPU
+(`finish_step`: the step's tokens, pieces and ends; `deliver`: tokens handed to their
+consumers, every delivery period, and at once for a first token or an end).
 
 `--batch` sequences decode together; each asks for 100-256 tokens (seeded), so sequences end
 every few steps and are replaced by new ones, as under a server's load; the clock between steps
@@ -16,14 +17,15 @@ import random
 import time
 
 from openjarvis.runtime.torch.paged import BlockPool
-from openjarvis.runtime.torch.runner import BLOCK_SIZE
+from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
 from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
 
 __all__: list[str] = []
 
 
-def per_step_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> float:
-    """Mean microseconds of finish_step + deliver over the decode steps of one run."""
+def per_step_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> tuple[float, float]:
+    """Mean microseconds of building a decode step (next_step + StepInputs.of) and of
+    recording it (finish_step + deliver), over the decode steps of one run."""
     rng = random.Random(0)
     max_seq_len = prompt + 260
     pool = BlockPool(1 + 2 * batch * -(-max_seq_len // BLOCK_SIZE), BLOCK_SIZE)
@@ -42,21 +44,24 @@ def per_step_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> flo
                 sequence.output.append(1)
 
     top_up()
-    now_s = spent_s = 0.0
+    now_s = build_s = record_s = 0.0
     for _ in range(steps):
+        started = time.perf_counter()
         step = scheduler.next_step()
         assert step is not None and step.kind == "decode"
+        StepInputs.of(step, BLOCK_SIZE)
+        built = time.perf_counter()
         now_s += step_s
-        started = time.perf_counter()
         scheduler.finish_step(step, [7] * len(step.rows), now_s - step_s, now_s)
         scheduler.deliver(now_s)
-        spent_s += time.perf_counter() - started
+        build_s += built - started
+        record_s += time.perf_counter() - built
         for row in step.rows:  # the consumers take what they were handed
             outbox = row.sequence.outbox
             while not outbox.empty():
                 outbox.get_nowait()
         top_up()
-    return spent_s / steps * 1e6
+    return build_s / steps * 1e6, record_s / steps * 1e6
 
 
 def main() -> None:
@@ -66,8 +71,12 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=1.5)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    best = min(per_step_us(args.batch, args.steps, args.step_ms / 1e3) for _ in range(args.repeats))
-    print(f"finish_step + deliver, {args.batch} decoding sequences: {best:.1f} us a step")
+    runs = [per_step_us(args.batch, args.steps, args.step_ms / 1e3) for _ in range(args.repeats)]
+    build, record = min(build for build, _ in runs), min(record for _, record in runs)
+    print(
+        f"{args.batch} decoding sequences, us a step (best of {args.repeats}): "
+        f"next_step + StepInputs.of {build:.1f}, finish_step + deliver {record:.1f}"
+    )
 
 
 if __name__ == "__main__":

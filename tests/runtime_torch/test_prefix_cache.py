@@ -160,6 +160,19 @@ def test_greedy_tokens_are_the_same_with_a_cached_prefix(device: str) -> None:
         warm.close()
 
 
+def test_a_block_the_reply_alone_filled_is_published_under_the_reply_s_tokens() -> None:
+    engine = _tiny(reuse=True, device="cpu")
+    try:
+        prompt = PREFIX[:16]  # one full block; the reply fills the next by itself
+        reply = [token for token, _ in engine.generate_tokens(prompt, 20)]
+        pool = engine._core.scheduler.pool
+        assert len(pool.cached(pool.prefix_keys([*prompt, *reply[:16], 0]))) == 2
+        shifted = [*prompt, *reply[1:17], 0]  # the same length, the reply one token on
+        assert len(pool.cached(pool.prefix_keys(shifted))) == 1
+    finally:
+        engine.close()
+
+
 def test_a_chat_turn_on_the_embedded_gguf_reuses_the_last_and_says_how_much() -> None:
     pytest.importorskip("gguf")
     from openjarvis.runtime.models import resolve_model

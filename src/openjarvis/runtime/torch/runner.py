@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import psutil
 import torch
@@ -37,7 +37,7 @@ from openjarvis.runtime.torch.parallel import (
     check_divisible,
     tensor_parallel,
 )
-from openjarvis.runtime.torch.scheduler import Sequence, Step
+from openjarvis.runtime.torch.scheduler import Step
 
 if TYPE_CHECKING:  # types only; the kernels need Triton, imported when tensor parallelism runs
     from torch.cuda import _POOL_HANDLE
@@ -86,12 +86,21 @@ class StepInputs:
         decode step of a hundred rows costs no per-row tensor work. `tokens` ([K, 1], on the
         device) stands in for a continued step's PENDING tokens, its first K rows."""
         rows = step.rows
-        length = max(len(row.tokens) for row in rows)
-        width = max(len(row.sequence.blocks) for row in rows)
-        tables = torch.stack([_table(row.sequence) for row in rows])[:, :width]
-        if length == 1:  # a decode step: one position a row (plain lists: no per-row tensors)
-            positions = [[row.start] for row in rows]
-            slot_rows = [[_slot(row.sequence.blocks, row.start, block_size)] for row in rows]
+        sequences = [row.sequence for row in rows]
+        length = max([len(row.tokens) for row in rows])
+        width = max([len(sequence.blocks) for sequence in sequences])
+        # Admitted sequences have their table (torch.stack refuses a None).
+        tables = torch.stack(cast(list[Tensor], [s.table for s in sequences]))[:, :width]
+        if length == 1:  # a decode step: one position a row, in flat lists (a column each)
+            starts = [row.start for row in rows]
+            where = torch.tensor(starts, dtype=torch.long).view(-1, 1)
+            slots = torch.tensor(
+                [
+                    row.sequence.blocks[start // block_size] * block_size + start % block_size
+                    for row, start in zip(rows, starts, strict=True)
+                ],
+                dtype=torch.long,
+            ).view(-1, 1)
         else:  # left-padded: a padding position is -1, its slot in the scratch block
             positions = [
                 [-1] * (length - len(row.tokens))
@@ -102,9 +111,9 @@ class StepInputs:
                 [_slot(row.sequence.blocks, position, block_size) for position in places]
                 for row, places in zip(rows, positions, strict=True)
             ]
-        where = torch.tensor(positions, dtype=torch.long).clamp_(min=0)
-        slots = torch.tensor(slot_rows, dtype=torch.long)
-        last_only = not any(row.sequence.all_logits for row in rows)
+            where = torch.tensor(positions, dtype=torch.long).clamp_(min=0)
+            slots = torch.tensor(slot_rows, dtype=torch.long)
+        last_only = not sequences[0].all_logits  # a scoring prompt's step is its own
         if tokens is None:  # left-padded with 0 (padding sits in the scratch block)
             padded = [[0] * (length - len(row.tokens)) + row.tokens for row in rows]
             tokens = torch.tensor(padded, dtype=torch.long)
@@ -485,11 +494,6 @@ def _slot(blocks: list[int], position: int, block_size: int) -> int:
     if position < 0:
         return SCRATCH_BLOCK * block_size
     return blocks[position // block_size] * block_size + position % block_size
-
-
-def _table(sequence: Sequence) -> Tensor:
-    assert sequence.table is not None, "admitted sequences have their table"
-    return sequence.table
 
 
 def _on(inputs: StepInputs, device: torch.device) -> StepInputs:

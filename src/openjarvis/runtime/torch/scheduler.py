@@ -280,11 +280,14 @@ class Scheduler:
         """Publish the blocks the sequence (whose `keys` these are) has filled since the last
         step, for later prompts; the caller checks that it filled one."""
         size = self.pool.block_size
-        tokens = sequence.prompt + sequence.output  # the cached positions' tokens, in order
+        prompt, output = sequence.prompt, sequence.output
         for index in range(len(keys), sequence.cached // size):
-            keys.append(
-                chain_key(keys[-1] if keys else b"", tokens[index * size : (index + 1) * size])
-            )
+            low, high = index * size, (index + 1) * size  # the block's positions
+            if low >= len(prompt):  # not the whole sequence copied for every block it fills
+                tokens = output[low - len(prompt) : high - len(prompt)]
+            else:
+                tokens = (prompt + output)[low:high]
+            keys.append(chain_key(keys[-1] if keys else b"", tokens))
             self.pool.publish(sequence.blocks[index], keys[-1])
 
     def finish_step(
