@@ -43,10 +43,15 @@ def main() -> None:
     try:
         requests = [task_request(t, prompting[t.kind], spec.temperature, spec.seed) for t in tasks]
         answer_task(engine, tasks[0], requests[0])  # warm-up: the engine's first step
+        step_counts = getattr(engine, "step_counts", None)  # the torch engine's
+        steps_before = step_counts() if step_counts is not None else None
         started = time.monotonic()
         with ThreadPoolExecutor(spec.concurrency) as pool:
             completions = list(pool.map(answer_task, [engine] * len(tasks), tasks, requests))
         alone_s = time.monotonic() - started
+        if step_counts is not None and steps_before is not None:
+            steps = step_counts().since(steps_before)
+            print(f"the generations alone, the engine's steps: {steps.text(alone_s)}")
     finally:
         engine.close()
     tokens = sum(c.completion_tokens for c in completions)

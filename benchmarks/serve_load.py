@@ -455,7 +455,7 @@ def report(levels: list[Level]) -> None:
     for level in levels:
         if level.steps is not None:
             print(
-                f"{level.clients:7d} clients, the engine's steps: {steps_text(level.steps, level)}"
+                f"{level.clients:7d} clients, the engine's steps: {level.steps.text(level.wall_s)}"
             )
     for level in levels:
         print(f"{level.clients:7d} clients, the server's collections: {collections_text(level)}")
@@ -514,18 +514,6 @@ def collections_text(level: Level) -> str:
         f"(longest {1e3 * max(young, default=0.0):.1f} ms, {1e3 * sum(young):.0f} ms in all); "
         f"young threshold {level.young_threshold}, {level.frozen} objects frozen"
     )
-
-
-def steps_text(steps: "StepCounts", level: Level) -> str:
-    """Per kind: steps, mean time and rows; and the share of the level's time in steps."""
-    parts = [
-        f"{kind} {count} x {1e3 * steps.seconds[kind] / count:.2f} ms, "
-        f"{steps.rows[kind] / count:.1f} rows"
-        for kind, count in steps.steps.items()
-        if count
-    ]
-    busy = sum(steps.seconds.values()) / level.wall_s
-    return "; ".join(parts) + f"; in steps {100 * busy:.0f} % of the time"
 
 
 def mixed(base_url: str, model: str, prompts: list[str]) -> None:

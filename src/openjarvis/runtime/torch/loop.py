@@ -50,6 +50,18 @@ class StepCounts:
             {kind: n - before.rows[kind] for kind, n in self.rows.items()},
         )
 
+    def text(self, wall_s: float) -> str:
+        """Per kind: steps, their mean time and live sequences; the share of `wall_s` (the
+        stretch they were counted over) spent in steps."""
+        parts = [
+            f"{kind} {count} x {1e3 * self.seconds[kind] / count:.2f} ms, "
+            f"{self.rows[kind] / count:.1f} rows"
+            for kind, count in self.steps.items()
+            if count
+        ]
+        busy = sum(self.seconds.values()) / wall_s
+        return "; ".join(parts) + f"; in steps {100 * busy:.0f} % of the time"
+
 
 class Publish(Protocol):
     """Where the loop says what it does, for the meter: a StepLedger in this process
