@@ -6,7 +6,9 @@
 #                                           # and its task phase against the generations alone
 # With EAGER_PREFILL=1, the server's torch engine runs prefill steps eagerly, not from CUDA
 # graphs (its files are named _eager_prefill). SRC=DIR runs another tree's src/ (an A/B against
-# an older commit: `git archive REV src | tar -x -C DIR`), its files named with TAG=NAME.
+# an older commit: `git archive REV src | tar -x -C DIR`), its files named with TAG=NAME. With
+# PROFILE=1, `measure` also records py-spy (raw stacks, every process) of torch_batch.py at 32
+# and of measure_phase.py's generations alone: where the engine's process spends a step in each.
 set -euo pipefail
 export PYTHONPATH=${SRC:-$PWD}/src PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -26,8 +28,16 @@ case "${1:-}" in
       2>&1 | tee "$out/serve_load$tag.txt"
     ;;
   measure)
+    spy=()
+    if [ -n "${PROFILE:-}" ]; then
+      spy=(py-spy record --subprocesses --rate 250 --format raw --output)
+    fi
     python3 benchmarks/torch_batch.py --preset "$model" --batches 1,32 --prompt 160 \
       --tokens 256 --out "$out/torch_batch$tag.json" 2>&1 | tail -n 20 | tee "$out/torch_batch$tag.txt"
+    if [ -n "${PROFILE:-}" ]; then
+      "${spy[@]}" "$out/torch_batch_profile$tag.txt" -- python3 benchmarks/torch_batch.py \
+        --preset "$model" --batches 32 --prompt 160 --tokens 256 >/dev/null 2>&1
+    fi
     SECONDS=0
     python3 -m openjarvis measure --engine torch --model "$model" --all --concurrency 32 \
       --scope accelerator --idle-seconds 5 --db /tmp/ledger$tag.db --json > "$out/measure$tag.json" \
@@ -45,6 +55,10 @@ PY
     # The task phase against the same generations alone (no windows, no scoring).
     python3 benchmarks/measure_phase.py --db /tmp/ledger$tag.db \
       2>&1 | grep -v '^llama_context' | tee "$out/measure_phase$tag.txt"
+    if [ -n "${PROFILE:-}" ]; then
+      "${spy[@]}" "$out/measure_phase_profile$tag.txt" -- python3 benchmarks/measure_phase.py \
+        --db /tmp/ledger$tag.db >/dev/null 2>&1
+    fi
     ;;
   *)
     echo "usage: $0 serve | measure" >&2
