@@ -583,12 +583,14 @@ def main() -> None:
     print(f"GIL switch interval {sys.getswitchinterval() * 1e3:.1f} ms")
     levels_asked = [int(n) for n in args.clients.split(",")]
     prompts = [problem["prompt"] for problem in read_problems().values()]
-    spec = EngineSpec(kind=args.engine, model=args.model, concurrency=max(levels_asked))
+    # --mixed sends a request beside a stream: with one slot it could only wait for the stream.
+    slots = max(*levels_asked, 2 if args.mixed else 1)
+    spec = EngineSpec(kind=args.engine, model=args.model, concurrency=slots)
     model = resolve_engine_model(spec)
     if args.eager_prefill and model is not None:  # a torch setting, not a run option
         from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 
-        concurrency = min(max(levels_asked), TorchSettings().concurrency)
+        concurrency = min(slots, TorchSettings().concurrency)
         settings = TorchSettings(max_seq_len=spec.n_ctx, concurrency=concurrency)
         engine: Engine = TorchEngine(model.path, replace(settings, prefill_graphs=False))
     else:
@@ -600,7 +602,7 @@ def main() -> None:
             port=0,
             scope=args.scope,
             idle_seconds=args.idle_seconds,
-            max_concurrency=max(levels_asked),
+            max_concurrency=slots,
         ) as server:
             base_url = server.url.removesuffix("/v1")
             scoped = [s.name for s in server.meter.scoped_sources if in_scope(s.domain, args.scope)]
