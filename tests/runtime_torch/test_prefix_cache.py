@@ -100,6 +100,21 @@ def test_a_pool_without_reuse_finds_nothing() -> None:
     assert pool.free == 3
 
 
+def test_a_sequence_s_blocks_are_keyed_by_their_tokens_in_prompt_reply_or_both() -> None:
+    """Blocks published after the fact (`Scheduler._publish`, keys from none on): each under
+    the key of the tokens at its positions, prompt blocks, the one across the prompt's end and
+    reply blocks alike."""
+    from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
+
+    pool = BlockPool(8, SIZE)
+    sequence = Sequence(list(range(10)), 8, frozenset())
+    sequence.blocks = pool.take(5)
+    sequence.output = [100 + i for i in range(8)]
+    sequence.cached, sequence.keys = 17, []  # four full blocks: 0-3, 4-7, 8-11, 12-15
+    Scheduler(pool, 1, 64, 32)._publish(sequence, sequence.keys)
+    assert sequence.keys == pool.prefix_keys([*sequence.prompt, *sequence.output])
+
+
 # ---- through the engine ----------------------------------------------------------------------
 
 PREFIX = [(7 * i + 3) % 240 for i in range(40)]  # two full blocks of 16 and 8 more tokens

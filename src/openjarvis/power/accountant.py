@@ -28,6 +28,7 @@ from openjarvis.power.edges import (
     claim_in_s,
     covered_s,
     mean_batch,
+    work_pot_j,
 )
 from openjarvis.power.steps import Run, SharedSteps
 from openjarvis.power.track import Track
@@ -197,17 +198,10 @@ class Accountant:
         `attribute` would, for all its windows at once (`edges._split_by_work`, where each
         window's claim is its steps' and every claim comes from the ledger)."""
         low_s, high_s = low.time_s, high.time_s
-        length_s, energy_j = high_s - low_s, high.energy_j - low.energy_j
         bounds = [(w.start_s, math.inf if w.end_s is None else w.end_s) for w in inside]
         union_s = covered_s(bounds, low_s, high_s)
-        if idle_w is None:
-            return WorkInterval(
-                low_s, high_s, energy_j / length_s * union_s, None, claimed_s, len(inside) > 1
-            )
-        above_j = energy_j - idle_w * length_s
-        return WorkInterval(
-            low_s, high_s, above_j + idle_w * union_s, above_j, claimed_s, len(inside) > 1
-        )
+        pot_j, above_j = work_pot_j(high.energy_j - low.energy_j, idle_w, high_s - low_s, union_s)
+        return WorkInterval(low_s, high_s, pot_j, above_j, claimed_s, len(inside) > 1)
 
     def _merges(
         self,

@@ -47,25 +47,18 @@ def sum_scope(sources: tuple[SourceEnergy, ...], scope: Scope) -> ScopeSum:
     if not chosen:
         return ScopeSum(None, None, None, "no-device", False)
     method = weakest_method([source.method for source in chosen])
-    low_resolution = False
-    null_reason = None
-    energy_j: float | None = 0.0
+    low_resolution = any(source.low_resolution for source in chosen)
+    energy_j = 0.0
     net_j: float | None = 0.0
     tail_j: float | None = 0.0
     prefill_j: float | None = 0.0
     for source in chosen:
-        low_resolution |= source.low_resolution
-        if energy_j is None:
-            continue
         if source.energy_j is None:
-            energy_j, null_reason = None, source.null_reason
-            continue
+            return ScopeSum(method, None, None, source.null_reason, low_resolution)
         energy_j += source.energy_j
         net_j = _plus(net_j, source.net_energy_j)
         tail_j = _plus(tail_j, source.tail_j)
         prefill_j = _plus(prefill_j, source.prefill_j)
-    if energy_j is None:
-        return ScopeSum(method, None, None, null_reason, low_resolution)
     return ScopeSum(method, energy_j, net_j, None, low_resolution, tail_j, prefill_j)
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "claim_in_s",
     "covered_s",
     "mean_batch",
+    "work_pot_j",
 ]
 
 
@@ -293,6 +294,18 @@ def covered_s(bounds: list[tuple[float, float]], low_s: float, high_s: float) ->
     return total_s
 
 
+def work_pot_j(
+    energy_j: float, idle_power_w: float | None, length_s: float, union_s: float
+) -> tuple[float, float | None]:
+    """What the windows of an interval with work in it get together (`_split_by_work`), and its
+    energy above idle (None without idle power): the interval's energy above idle plus idle
+    power over the windows' union, or without idle power the union's time share."""
+    if idle_power_w is None:
+        return energy_j / length_s * union_s, None
+    above_j = energy_j - idle_power_w * length_s
+    return above_j + idle_power_w * union_s, above_j
+
+
 def _split_by_work(
     shares: list[Share],
     spans: Sequence[Span],
@@ -322,12 +335,7 @@ def _split_by_work(
     claimed_s = sum(claims)
     present = [i for i, own_s in enumerate(owns) if own_s > 0 or work_s[i] > 0]
     union_s = _union_s([spans[i] for i in present], low_s, high_s)
-    length_s = high_s - low_s
-    if idle_power_w is None:
-        pot_j, above_j = energy_j / length_s * union_s, None
-    else:
-        above_j = energy_j - idle_power_w * length_s
-        pot_j = above_j + idle_power_w * union_s
+    pot_j, above_j = work_pot_j(energy_j, idle_power_w, high_s - low_s, union_s)
     for i in present:
         share, span, fraction = shares[i], spans[i], claims[i] / claimed_s
         share.shared |= len(present) > 1

@@ -116,7 +116,9 @@ class Run:
         first = bisect.bisect_right(shared._ends, low_s, self.place, self.end)
         last = bisect.bisect_left(shared._starts, high_s, first, self.end)
         claim_s = 0.0
-        if low_s < self.own_end_s:  # a few steps of its own, each cut to the interval
+        # A few steps of its own, each cut to the interval, written out: every window's first
+        # interval and first token come here, and `claim_in_s` on them cost the accountant ~7 %.
+        if low_s < self.own_end_s:
             for step in self.head:
                 inside_s = min(step.end_s, high_s) - max(step.start_s, low_s)
                 if inside_s > 0:

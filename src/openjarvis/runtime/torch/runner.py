@@ -96,8 +96,8 @@ class StepInputs:
             where = torch.tensor(starts, dtype=torch.long).view(-1, 1)
             slots = torch.tensor(
                 [
-                    row.sequence.blocks[start // block_size] * block_size + start % block_size
-                    for row, start in zip(rows, starts, strict=True)
+                    _slot(sequence.blocks, start, block_size)
+                    for sequence, start in zip(sequences, starts, strict=True)
                 ],
                 dtype=torch.long,
             ).view(-1, 1)

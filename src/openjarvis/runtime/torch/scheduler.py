@@ -283,10 +283,9 @@ class Scheduler:
         prompt, output = sequence.prompt, sequence.output
         for index in range(len(keys), sequence.cached // size):
             low, high = index * size, (index + 1) * size  # the block's positions
-            if low >= len(prompt):  # not the whole sequence copied for every block it fills
-                tokens = output[low - len(prompt) : high - len(prompt)]
-            else:
-                tokens = (prompt + output)[low:high]
+            # Its tokens from the prompt, the reply or both (not the whole sequence copied).
+            reply = output[max(low - len(prompt), 0) : max(high - len(prompt), 0)]
+            tokens = prompt[low:high] + reply
             keys.append(chain_key(keys[-1] if keys else b"", tokens))
             self.pool.publish(sequence.blocks[index], keys[-1])
 
