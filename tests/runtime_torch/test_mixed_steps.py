@@ -140,6 +140,7 @@ def test_through_the_engine_a_prompt_joins_running_decodes_with_the_tokens_it_ge
         engine.close()
     assert [head + rest, tokens] == expected
     assert counts.steps["prefill"] == 0
+    assert counts.steps["mixed"] == 3  # its 21 prompt tokens in rows of 8, 8 and 5
     # Its prompt went in steps of eight rows, beside the running sequence's one.
     prompt_pieces = [p for p in second.work if p.batch == 2][:3]
     assert [round(p.share * 9) for p in prompt_pieces[:2]] == [8, 8]

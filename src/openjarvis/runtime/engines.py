@@ -5,11 +5,15 @@ openai and anthropic (cloud).
 """
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from openjarvis.engine_kinds import ENGINE_KINDS, LOCAL_ENGINE_KINDS
 from openjarvis.errors import UserError
 from openjarvis.runtime.models import ModelFile, resolve_model
 from openjarvis.runtime.types import Engine
+
+if TYPE_CHECKING:  # torch is imported only when the torch engine is opened
+    from openjarvis.runtime.torch.config import TorchSettings
 
 __all__ = [
     "CAPABILITIES",
@@ -17,6 +21,7 @@ __all__ = [
     "EngineSpec",
     "open_engine",
     "resolve_engine_model",
+    "torch_settings",
 ]
 
 
@@ -76,11 +81,22 @@ def resolve_engine_model(spec: EngineSpec) -> ModelFile | None:
     return None
 
 
+def torch_settings(spec: EngineSpec) -> "TorchSettings":
+    """The torch engine's settings for the spec (imports torch)."""
+    from openjarvis.runtime.torch.config import TorchSettings
+
+    settings = TorchSettings(
+        tp=spec.tp, max_seq_len=spec.n_ctx, reuse_prompt_cache=spec.reuse_prompt_cache
+    )
+    if spec.concurrency is not None:
+        settings = replace(settings, concurrency=min(spec.concurrency, settings.concurrency))
+    return settings
+
+
 def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
     """Load the model (local) or set up the client (cloud); the engine is the caller's."""
     if spec.kind == "torch":
         try:
-            from openjarvis.runtime.torch.config import TorchSettings
             from openjarvis.runtime.torch.engine import TorchEngine
         except ImportError as error:
             raise UserError(
@@ -89,13 +105,7 @@ def open_engine(spec: EngineSpec, model: ModelFile | None) -> Engine:
             ) from None
 
         assert model is not None, "resolve_engine_model returns the GGUF for local engines"
-        torch_settings = TorchSettings(
-            tp=spec.tp, max_seq_len=spec.n_ctx, reuse_prompt_cache=spec.reuse_prompt_cache
-        )
-        if spec.concurrency is not None:
-            batch = min(spec.concurrency, torch_settings.concurrency)
-            torch_settings = replace(torch_settings, concurrency=batch)
-        return TorchEngine(model.path, torch_settings)
+        return TorchEngine(model.path, torch_settings(spec))
     if spec.kind == "llamacpp":
         from openjarvis.runtime.llamacpp import LlamaCppEngine, LlamaCppSettings
 

@@ -29,15 +29,18 @@ __all__ = ["SWITCH_INTERVAL_S", "Publish", "StepCounts", "StepLoop", "switch_int
 # is left alone there.
 SWITCH_INTERVAL_S = 0.0005
 
+STEP_KINDS = ("prefill", "decode", "mixed")
+
 
 @dataclass(slots=True)
 class StepCounts:
     """Steps that landed, by kind: how many, their time on the device and the live rows they
-    carried (a benchmark reads the difference over its load)."""
+    carried (a benchmark reads the difference over its load). "mixed": decode steps that new
+    prompts joined as rows (Scheduler's `prompt_rows`), apart from the decode steps without."""
 
-    steps: dict[str, int] = field(default_factory=lambda: {"prefill": 0, "decode": 0})
-    seconds: dict[str, float] = field(default_factory=lambda: {"prefill": 0.0, "decode": 0.0})
-    rows: dict[str, int] = field(default_factory=lambda: {"prefill": 0, "decode": 0})
+    steps: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STEP_KINDS, 0))
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEP_KINDS, 0.0))
+    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STEP_KINDS, 0))
 
     def copy(self) -> "StepCounts":
         return StepCounts(dict(self.steps), dict(self.seconds), dict(self.rows))
@@ -250,7 +253,11 @@ class StepLoop:
         self._publish.landed(end_s, pieces)
         live = sum(len(sequences) for _, sequences in pieces)
         self._landed_s = end_s
-        counts, kind = self.counts, flight.step.kind
+        counts, step = self.counts, flight.step
+        kind: str = step.kind
+        last = step.rows[-1]  # prompt rows come after a decode step's decode rows
+        if kind == "decode" and last.start < len(last.sequence.prompt):
+            kind = "mixed"
         counts.steps[kind] += 1
         counts.seconds[kind] += end_s - start_s
         counts.rows[kind] += live
