@@ -106,6 +106,11 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument(
+        "--max-seq-len",
+        type=int,
+        help="the engine's context (default: prompt + tokens + 16; ipw measure's is 4096)",
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument(
         "--diagnose", metavar="N,..", help="after the table, torch_step.py's parts at these batches"
@@ -121,7 +126,7 @@ def main() -> None:
     assert kernel_error < 2e-2, "the kernel disagrees with the reference: no speeds reported"
     batches = [int(b) for b in args.batches.split(",")]
     settings = TorchSettings(
-        max_seq_len=args.prompt + args.tokens + 16,
+        max_seq_len=args.max_seq_len or args.prompt + args.tokens + 16,
         concurrency=max(batches),
         compile=not args.no_compile,
         # torch_step.py's parts time the runner itself, which only an in-process core has:
@@ -152,7 +157,7 @@ def main() -> None:
     where = "this process" if args.diagnose else "the engine's own process"
     print(
         f"\n{args.preset}: load {load_s:.0f} s, copy bandwidth {bandwidth / 1e12:.2f} TB/s, "
-        f"steps in {where}"
+        f"context {settings.max_seq_len}, steps in {where}"
     )
     print(
         "batch  decode tok/s  roofline  share  all decoding: tok/s  share  first tokens spread"

@@ -109,6 +109,21 @@ def test_several_new_tokens_per_row_through_the_kernel_match_the_gathered_attent
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("window", [None, 40], ids=["full", "window-40"])
+def test_short_rows_in_a_wide_table_spread_over_the_splits_and_match(window: int | None) -> None:
+    """Rows of 1 to 300 keys in tables sized for 4,096 (the engine's default context): each row
+    divides its own keys among the splits that the table's width allows, most of them empty
+    for the shortest rows, and the parts combine to the gathered attention."""
+    cache, reference_cache, q, layout = _paged_case(7, 4, 1, 256, 16, blocks_per_row=256)
+    contexts = torch.tensor([1, 2, 17, 63, 64, 65, 300], device="cuda")
+    positions = (contexts - 1)[:, None]
+    layout = Layout(positions, torch.zeros_like(positions), layout.block_tables)
+    out = cache.attend(q, layout, mask=None, window=window, scale=1 / 16, softcap=None)
+    mask = layout.masks(16, window)
+    expected = reference_cache.gathered(q.float(), layout, mask, 1 / 16, softcap=None)
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+
+
 def test_paged_decode_kernel_sees_a_changed_key() -> None:
     """The comparison above can fail: change a visible key and the row's output moves, while a
     key past a row's context leaves its output as it was."""
