@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from openjarvis.runtime.torch.config import TorchSettings  # noqa: E402
 from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
+from openjarvis.runtime.torch.runner import batch_buckets  # noqa: E402
 from openjarvis.runtime.torch.scheduler import Step  # noqa: E402
 
 PROMPTS = [
@@ -260,3 +261,17 @@ def test_the_switch_interval_is_short_while_a_gpu_engine_runs_and_restored_after
         assert sys.getswitchinterval() == pytest.approx(before)
     finally:
         engine.close()
+
+
+def test_decode_graphs_come_every_8_rows_up_to_the_concurrency_then_in_powers_of_two() -> None:
+    assert batch_buckets(320, 64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 128, 256, 320)
+    assert batch_buckets(288, 32) == (1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 288)
+    assert batch_buckets(280, 24) == (1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 280)
+    assert batch_buckets(12, 12) == (1, 2, 4, 8, 12)  # no prompt rows
+    assert batch_buckets(1, 1) == (1,)
+    # A step of running sequences alone pads fewer than 8 rows; one that prompts joined, fewer
+    # rows than it has.
+    buckets = batch_buckets(320, 64)
+    for rows in range(1, 321):
+        bucket = next(size for size in buckets if size >= rows)
+        assert bucket - rows < (8 if rows <= 64 else rows)
