@@ -144,3 +144,11 @@ def test_through_the_engine_a_prompt_joins_running_decodes_with_the_tokens_it_ge
     # Its prompt went in steps of eight rows, beside the running sequence's one.
     prompt_pieces = [p for p in second.work if p.batch == 2][:3]
     assert [round(p.share * 9) for p in prompt_pieces[:2]] == [8, 8]
+
+
+def test_prompts_join_decode_steps_by_default_on_the_gpu_only() -> None:
+    """On the CPU a prompt's one-query rows each gather their sequence's whole table (no decode
+    kernel there), so prompts prefill in steps of their own unless asked otherwise."""
+    assert TorchSettings(device="cpu").resolved().decode_prompt_rows == 0
+    assert TorchSettings(device="cuda").resolved().decode_prompt_rows == 256
+    assert TorchSettings(device="cpu", decode_prompt_rows=8).resolved().decode_prompt_rows == 8

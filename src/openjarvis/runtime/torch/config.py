@@ -27,7 +27,11 @@ class TorchSettings:
     # sequence's prompt joins the running batch instead of stalling it in a step of its own
     # (vLLM's chunked prefill mixed into decode batches). 0: prompts prefill in steps of their
     # own. A prompt with nothing decoding beside it prefills in its own steps either way.
-    decode_prompt_rows: int = 256
+    # None: 256 on the GPU, where the decode kernel reads each row's own keys; 0 on the CPU,
+    # where each one-query row gathers its sequence's whole table (a HumanEval prompt joining a
+    # step of the embedded model made it take 0.80-0.83 s; a prompt's own prefill step took
+    # 0.24-0.26 s).
+    decode_prompt_rows: int | None = None
     # Keep the KV blocks of prompts by content and reuse a shared prefix (chat turns, a system
     # prompt); a benchmark measures every request from a cold cache instead (off).
     reuse_prompt_cache: bool = True
@@ -63,4 +67,14 @@ class TorchSettings:
             dtype = "bfloat16" if device == "cuda" else "float32"
         compile = device == "cuda" if self.compile is None else self.compile
         process = device == "cuda" if self.engine_process is None else self.engine_process
-        return replace(self, device=device, dtype=dtype, compile=compile, engine_process=process)
+        prompt_rows = self.decode_prompt_rows
+        if prompt_rows is None:
+            prompt_rows = 256 if device == "cuda" else 0
+        return replace(
+            self,
+            device=device,
+            dtype=dtype,
+            compile=compile,
+            engine_process=process,
+            decode_prompt_rows=prompt_rows,
+        )

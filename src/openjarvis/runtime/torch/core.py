@@ -67,7 +67,7 @@ class EngineCore:
             settings.prefill_tokens,
             config.max_seq_len,
             prefill_rows=1 if runner.prefill_graphs else None,
-            prompt_rows=settings.decode_prompt_rows,
+            prompt_rows=runner.prompt_rows,
         )
         self.loop = StepLoop(runner, self.scheduler, chains=settings.tp == 1, publish=publish)
         self.info = CoreInfo(

@@ -242,7 +242,9 @@ class Runner:
         # unused: taking the sampled rows' alone inside the compiled step would compile it
         # again for the buckets above the concurrency, and at start-up that costs more than
         # the logits (a few tenths of a millisecond in a step that takes a new prompt).
-        self.decode_rows = settings.concurrency + settings.decode_prompt_rows
+        assert settings.decode_prompt_rows is not None, "set by TorchSettings.resolved()"
+        self.prompt_rows = settings.decode_prompt_rows
+        self.decode_rows = settings.concurrency + self.prompt_rows
         self.buckets = batch_buckets(self.decode_rows, settings.concurrency)
         self.blocks = self._cache_blocks(settings.concurrency, config.max_seq_len, dtype)
         self.model.setup_caches(self.blocks, BLOCK_SIZE, dtype)
