@@ -228,9 +228,9 @@ def test_steps_are_counted_by_kind_as_they_land(engine: TorchEngine) -> None:
     counts = after.since(before)
     decoded = counts.steps["decode"] + counts.steps["mixed"]
     # The first prompt's first token comes from a prefill step; the second's too (the same step
-    # or the next), unless it arrived once the first decoded and joined its decode step (one
-    # more decode row, in a step counted as mixed). The other 11 tokens of each come from decode
-    # steps of one row or two.
+    # or the next). On the CPU prompts prefill apart by default; with prompt rows on, the second
+    # could instead join the first's decode step (one more decode row, in a step counted as
+    # mixed). The other 11 tokens of each come from decode steps of one row or two.
     prefill_rows = counts.rows["prefill"]
     assert 1 <= counts.steps["prefill"] <= prefill_rows <= 2
     assert counts.steps["mixed"] == 2 - prefill_rows

@@ -135,7 +135,8 @@ def paged_decode_attention(
     # Splits enough to fill the GPU, no more than the widest table has tiles. Each row divides
     # its own keys among them (in the kernel). Parts sized by the table's span instead held 512
     # keys each in a 4096-position table, so a row of a few hundred ran in one program while the
-    # others idled: 32 sequences decoded 17 % slower than at a 432-position context (the H200).
+    # others idled: 32 sequences of the embedded model decoded at 28,600 tok/s there against
+    # 33,500-33,600 now (one H200, docs/benchmarks.md).
     span = block_tables.size(1) * block_size
     splits = max(1, min(-(-_TARGET_PROGRAMS // (batch * kv_heads)), -(-span // TILE)))
     best = torch.empty(batch, heads, splits, device=q.device, dtype=torch.float32)

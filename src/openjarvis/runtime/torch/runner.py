@@ -161,7 +161,9 @@ def batch_buckets(rows: int, concurrency: int) -> tuple[int, ...]:
     while power < rows:
         sizes.append(power)
         power <<= 1
-    return tuple(sizes) if top == rows else (*sizes, rows)
+    if rows > top:
+        sizes.append(rows)
+    return tuple(sizes)
 
 
 def prefill_buckets(prefill_tokens: int) -> tuple[int, ...]:
