@@ -60,6 +60,7 @@ def run_batch(engine: object, batch: int, prompt: int, tokens: int, handle: obje
     times: list[list[float]] = [[] for _ in range(batch)]
     torch.cuda.synchronize()
     time.sleep(0.5)  # the counter's refresh after a quiet moment
+    counts = engine.step_counts()  # type: ignore[attr-defined]
     start_s, start_mj = time.monotonic(), energy_mj(handle)
     # Submitted only now: generate_tokens starts the sequence at once, not when it is read.
     streams = [engine.generate_tokens(p, tokens) for p in prompts]  # type: ignore[attr-defined]
@@ -85,6 +86,7 @@ def run_batch(engine: object, batch: int, prompt: int, tokens: int, handle: obje
     full = sum(sum(1 for x in t if decode_start < x <= full_end) for t in times)
     output = sum(len(t) for t in times)
     energy_j = (end_mj - start_mj) / 1e3
+    steps = engine.step_counts().since(counts)  # type: ignore[attr-defined]
     return {
         "batch": batch,
         "output_tokens": output,
@@ -96,6 +98,7 @@ def run_batch(engine: object, batch: int, prompt: int, tokens: int, handle: obje
         "joules": energy_j,
         "joules_per_token": energy_j / output,
         "mean_power_w": energy_j / (end_s - start_s + 0.25),
+        "steps": steps.text(end_s - start_s),
     }
 
 
@@ -111,6 +114,12 @@ def main() -> None:
         type=int,
         help="the engine's context (default: prompt + tokens + 16; ipw measure's is 4096)",
     )
+    parser.add_argument(
+        "--prompt-rows",
+        type=int,
+        help="decode_prompt_rows: prompt tokens a decode step takes as rows (default: engine's)",
+    )
+    parser.add_argument("--compile-mode", default="default", help="torch.compile's mode")
     parser.add_argument("--out", type=Path)
     parser.add_argument(
         "--diagnose", metavar="N,..", help="after the table, torch_step.py's parts at these batches"
@@ -129,6 +138,8 @@ def main() -> None:
         max_seq_len=args.max_seq_len or args.prompt + args.tokens + 16,
         concurrency=max(batches),
         compile=not args.no_compile,
+        compile_mode=args.compile_mode,
+        decode_prompt_rows=args.prompt_rows,
         # torch_step.py's parts time the runner itself, which only an in-process core has:
         # with --diagnose the table's steps run in this process too (said below).
         engine_process=False if args.diagnose else None,
@@ -157,7 +168,9 @@ def main() -> None:
     where = "this process" if args.diagnose else "the engine's own process"
     print(
         f"\n{args.preset}: load {load_s:.0f} s, copy bandwidth {bandwidth / 1e12:.2f} TB/s, "
-        f"context {settings.max_seq_len}, steps in {where}"
+        f"context {settings.max_seq_len}, steps in {where}, "
+        f"prompt rows per decode step {engine.settings_dict()['decode_prompt_rows']}, "
+        f"compile mode {args.compile_mode}"
     )
     print(
         "batch  decode tok/s  roofline  share  all decoding: tok/s  share  first tokens spread"
@@ -175,6 +188,8 @@ def main() -> None:
             f"{row['decode_tokens_per_s'] / one['decode_tokens_per_s']:11.1f}  "
             f"{one['joules_per_token'] / row['joules_per_token']:13.1f}"
         )
+    for row in results:
+        print(f"{row['batch']:5d}  steps: {row['steps']}")
     if args.diagnose:
         from torch_step import diagnose  # this folder is on the path when run as a script
 

@@ -108,11 +108,11 @@ def prefill_one(runner: object, length: int, cached: int, steps: int) -> None:
     blocks = -(-(cached + length) // BLOCK_SIZE)
     exact = _on(prefill_inputs(runner, length, cached, blocks), device)
     wide = _on(prefill_inputs(runner, length, cached, runner.table_width), device)  # type: ignore[attr-defined]
-    decode = runner._decode  # type: ignore[attr-defined]
+    eager = runner._prefill  # type: ignore[attr-defined]
     calls = {
         "graph": lambda: runner.run(exact),  # type: ignore[attr-defined]
         "widest graph": lambda: runner.run(wide),  # type: ignore[attr-defined]
-        "eager": lambda: decode(exact.tokens, exact.positions, exact.slots, exact.tables),
+        "eager": lambda: eager(exact.tokens, exact.positions, exact.slots, exact.tables),
     }
     summary: dict[str, object] = {"length": length, "cached": cached, "blocks": blocks}
     for name, call in calls.items():

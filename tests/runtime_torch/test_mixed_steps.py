@@ -46,27 +46,28 @@ def test_a_new_prompt_joins_the_decode_step_in_pieces_of_the_row_budget() -> Non
         (10, [13], 3, False),
     ]
     # The step after it, decided before it lands: the decode row one on, then the prompt's
-    # last two tokens (the last picks its first token).
+    # last two tokens, the last first (it picks the first token: rows that sample lead, the
+    # runner computing logits for a step's first `concurrency` rows only).
     continued = scheduler.continued(step)
     assert continued is not None
     after, kept = continued
     assert kept == [0]
     assert _rows(after) == [
         (1, [PENDING], 4, True),
-        (10, [14], 4, False),
         (10, [15], 5, True),
+        (10, [14], 4, False),
     ]
     pieces = scheduler.finish_step(step, [8, 0, 0, 0, 0], 1.0, 2.0)
     shares = {sequences[0].prompt[0]: (piece.share, piece.batch) for piece, sequences in pieces}
     assert shares == {1: (pytest.approx(1 / 5), 2), 10: (pytest.approx(4 / 5), 2)}
     assert second.cached == 4 and second.prefilling
-    scheduler.finish_step(after, [9, 0, 20], 2.0, 3.0)
+    scheduler.finish_step(after, [9, 20, None], 2.0, 3.0)
     assert not second.prefilling and second.output == [20] and first.output == [7, 8, 9]
     # Both decode now, in one step, the new sequence's sampled row from its prompt's end.
     following = scheduler.continued(after)
     assert following is not None
     assert _rows(following[0]) == [(1, [PENDING], 5, True), (10, [PENDING], 6, True)]
-    assert following[1] == [0, 2]
+    assert following[1] == [0, 1]
 
 
 def test_a_scoring_prompt_still_prefills_alone_and_ends_the_chain() -> None:
@@ -144,6 +145,31 @@ def test_through_the_engine_a_prompt_joins_running_decodes_with_the_tokens_it_ge
     # Its prompt went in steps of eight rows, beside the running sequence's one.
     prompt_pieces = [p for p in second.work if p.batch == 2][:3]
     assert [round(p.share * 9) for p in prompt_pieces[:2]] == [8, 8]
+
+
+def test_prompts_ending_in_a_step_wider_than_the_concurrency_get_their_own_first_tokens() -> None:
+    """Three 3-token prompts join one decode step of a 4-sequence engine at once: 10 rows, of
+    which the runner computes logits for the first 4 only. The rows that end the prompts come
+    right after the decode row, and each prompt gets the tokens it gets alone."""
+    running, prompts = [5, 17, 42, 99, 3, 10, 7, 64], [[40, 41, 42], [50, 51, 52], [60, 61, 62]]
+    alone = _engine(prompt_rows=0, device="cpu")
+    try:
+        expected = [[t for t, _ in alone.generate_tokens(p, 6)] for p in prompts]
+    finally:
+        alone.close()
+    engine = _engine(prompt_rows=16, device="cpu")
+    try:
+        first = engine.generate_tokens(running, 40)
+        next(first)
+        before = engine.step_counts()
+        joined = [engine._submit(p, 6, frozenset(), 0.0, None) for p in prompts]
+        tokens = [[t for batch in engine._deliveries(s) for t, _ in batch] for s in joined]
+        list(first)
+        counts = engine.step_counts().since(before)
+    finally:
+        engine.close()
+    assert tokens == expected
+    assert counts.steps["prefill"] == 0 and counts.steps["mixed"] >= 1
 
 
 def test_prompts_join_decode_steps_by_default_on_the_gpu_only() -> None:

@@ -244,9 +244,10 @@ class StepLoop:
         launch, or from the landing of the step before it if that came later."""
         if flight.landed is not None:
             flight.landed.synchronize()
-        picked: list[int | None] = [None] * len(flight.step.rows)
-        if flight.host is not None:
-            picked = flight.host.tolist()
+        rows = len(flight.step.rows)
+        picked: list[int | None] = [None] * rows
+        if flight.host is not None:  # the rows that may sample come first (Runner.run)
+            picked[: flight.host.size(0)] = flight.host.tolist()
         end_s = time.monotonic()
         start_s = max(flight.launched_s, self._landed_s)
         pieces = self._scheduler.finish_step(flight.step, picked, start_s, end_s)
@@ -292,9 +293,10 @@ switch_interval = _SwitchInterval()
 def _pick(step: Step, logits: torch.Tensor) -> torch.Tensor:
     """Each row's next token, on the logits' device (nothing waits for the step): greedy at
     temperature 0, else drawn from softmax(logits / temperature) with the sequence's own
-    seeded generator. Rows that sample nothing get a pick that is ignored."""
+    seeded generator. Rows that sample nothing get a pick that is ignored; rows past the
+    logits' (a decode step's prompt rows that do not end their prompt) get none."""
     picks = logits.argmax(dim=-1)
-    for i, row in enumerate(step.rows):
+    for i, row in enumerate(step.rows[: logits.size(0)]):
         sequence = row.sequence
         if row.sample and sequence.temperature > 0:
             if sequence.generator is None:

@@ -255,6 +255,13 @@ class Transformer(nn.Module):
             )
 
     def forward(self, tokens: Tensor, layout: Layout, last_only: bool = False) -> Tensor:
+        x = self.hidden(tokens, layout)
+        if last_only:
+            x = x[:, -1:]
+        return self.head(self.norm(x))
+
+    def hidden(self, tokens: Tensor, layout: Layout) -> Tensor:
+        """The last layer's output [B, T, dim], before the final norm."""
         config = self.config
         positions = layout.positions  # [B, T]
         assert tokens.shape == positions.shape, "one position per token"
@@ -277,11 +284,13 @@ class Transformer(nn.Module):
             rope = rope_local if is_sliding else rope_global
             window = config.sliding_window if is_sliding else None
             x = layer(x, layout, rope, mask, window)
-        if last_only:
-            x = x[:, -1:]
-        logits = self.gather_logits(self.output(self.norm(x)))  # [B, T, vocab]
-        if config.final_logit_softcap is not None:
-            cap = config.final_logit_softcap
+        return x
+
+    def head(self, x: Tensor) -> Tensor:
+        """Normed hidden states [..., dim] -> logits [..., vocab] in the model's dtype."""
+        logits = self.gather_logits(self.output(x))
+        if self.config.final_logit_softcap is not None:
+            cap = self.config.final_logit_softcap
             logits = torch.tanh(logits / cap) * cap
         return logits
 

@@ -240,10 +240,10 @@ class Runner:
         config = self.model.config
         self.concurrency = settings.concurrency
         # Rows a decode step holds at most: a row per running sequence, and new prompts'
-        # tokens as rows of one query. Every row's logits are computed, the prompt rows'
-        # unused: taking the sampled rows' alone inside the compiled step would compile it
-        # again for the buckets above the concurrency, and at start-up that costs more than
-        # the logits (a few tenths of a millisecond in a step that takes a new prompt).
+        # tokens as rows of one query. Only the first `concurrency` rows get logits (the
+        # scheduler puts the rows that sample first): the output head of a step with 2,048
+        # prompt rows would otherwise compute 2,048 rows of logits to use a few. The head
+        # runs outside the compiled body, so one compiled graph still serves every bucket.
         assert settings.decode_prompt_rows is not None, "set by TorchSettings.resolved()"
         self.prompt_rows = settings.decode_prompt_rows
         self.decode_rows = settings.concurrency + self.prompt_rows
@@ -251,13 +251,13 @@ class Runner:
         self.blocks = self._cache_blocks(settings.concurrency, config.max_seq_len, dtype)
         self.model.setup_caches(self.blocks, BLOCK_SIZE, dtype)
         self.table_width = -(-config.max_seq_len // BLOCK_SIZE)
-        self.decode: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = self._decode
+        # A decode step's body: the layers and the final norm, compiled on the GPU.
+        self.body: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = self._last_hidden
         if settings.compile:
-            # One compiled graph per decode bucket (static shapes within each).
             limit = max(64, 2 * len(self.buckets))
             torch._dynamo.config.cache_size_limit = limit
-            self.decode = torch.compile(
-                self._decode, fullgraph=True, dynamic=False, mode=settings.compile_mode
+            self.body = torch.compile(
+                self._last_hidden, fullgraph=True, dynamic=False, mode=settings.compile_mode
             )
         self.use_graphs = cuda and settings.cuda_graphs
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
@@ -383,12 +383,13 @@ class Runner:
 
     @torch.inference_mode()
     def run(self, inputs: StepInputs) -> Tensor:
-        """Float32 logits: [B, vocab] for each row's last token, or [B, T, vocab] for all."""
+        """Float32 logits: [B, vocab] for each row's last token (a decode step's first
+        `concurrency` rows only), or [B, T, vocab] for all."""
         inputs = _on(inputs, self.device)
         if inputs.decode and self.use_graphs:
             return self._replay(inputs)
         if inputs.decode:
-            return self.decode(inputs.tokens, inputs.positions, inputs.slots, inputs.tables)
+            return self._decode(inputs.tokens, inputs.positions, inputs.slots, inputs.tables)
         if self.prefill_graphs and inputs.tokens.size(0) == 1 and inputs.last_only:
             length, width = inputs.tokens.size(1), inputs.tables.size(1)
             key = prefill_graph_key(length, width, self.prefill_lengths, self.table_width)
@@ -398,9 +399,24 @@ class Runner:
         logits = self.model(inputs.tokens, layout, last_only=inputs.last_only).float()
         return logits[:, -1] if inputs.last_only else logits
 
+    def _last_hidden(
+        self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor
+    ) -> Tensor:
+        """Each row's last position after the final norm: [B, dim]."""
+        hidden = self.model.hidden(tokens, Layout(positions, slots, tables))
+        return self.model.norm(hidden[:, -1])
+
+    def _logits(self, hidden: Tensor) -> Tensor:
+        """Float32 logits [min(B, concurrency), vocab] of the first rows of `hidden` [B, dim]."""
+        return self.model.head(hidden[: self.concurrency]).float()
+
     def _decode(self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor) -> Tensor:
-        layout = Layout(positions, slots, tables)
-        return self.model(tokens, layout, last_only=True)[:, -1].float()
+        """A decode step: the (compiled) body, then the head on the rows that may sample."""
+        return self._logits(self.body(tokens, positions, slots, tables))
+
+    def _prefill(self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor) -> Tensor:
+        """A one-sequence prefill step, eager (a prefill graph replays it)."""
+        return self._logits(self._last_hidden(tokens, positions, slots, tables))
 
     def _replay(self, inputs: StepInputs) -> Tensor:
         batch = inputs.tokens.size(0)
@@ -444,7 +460,7 @@ class Runner:
             static.slots[:, :bucket],
             static.tables[:, :width],
         )
-        return _captured(self._decode, arguments, warm_ups=2, pool=pool)
+        return _captured(self._prefill, arguments, warm_ups=2, pool=pool)
 
     @torch.inference_mode()
     def _capture(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
@@ -460,7 +476,7 @@ class Runner:
         if bucket > 1:  # one compiled graph serves every bucket above one (batch symbolic)
             for argument in arguments:
                 torch._dynamo.mark_dynamic(argument, 0)
-        return _captured(self.decode, arguments, warm_ups=3, pool=None)
+        return _captured(self._decode, arguments, warm_ups=3, pool=None)
 
     def follow(self) -> None:
         """Ranks 1..N-1: run rank 0's steps until it says stop."""

@@ -231,7 +231,10 @@ class Scheduler:
 
     def _prompt_rows(self) -> list[Row]:
         """Up to `prompt_rows` prompt tokens no step holds yet, one row each, in admission
-        order."""
+        order, but the rows that end a prompt first: the runner computes logits for a decode
+        step's first `concurrency` rows only, and those rows pick their prompts' first
+        tokens (no more of them than sequences run)."""
+        ending: list[Row] = []
         rows: list[Row] = []
         budget = self.prompt_rows
         for sequence in self.running:
@@ -242,12 +245,14 @@ class Scheduler:
                 continue
             start, last = sequence.scheduled, len(sequence.prompt) - 1
             rows += [
-                Row(sequence, [sequence.prompt[position]], position, position == last)
-                for position in range(start, start + size)
+                Row(sequence, [sequence.prompt[position]], position, False)
+                for position in range(start, min(start + size, last))
             ]
+            if start + size > last:
+                ending.append(Row(sequence, [sequence.prompt[last]], last, True))
             sequence.scheduled = start + size
             budget -= size
-        return rows
+        return ending + rows
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.concurrency:
