@@ -176,5 +176,7 @@ def test_prompts_join_decode_steps_by_default_on_the_gpu_only() -> None:
     """On the CPU a prompt's one-query rows each gather their sequence's whole table (no decode
     kernel there), so prompts prefill in steps of their own unless asked otherwise."""
     assert TorchSettings(device="cpu").resolved().decode_prompt_rows == 0
-    assert TorchSettings(device="cuda").resolved().decode_prompt_rows == 256
+    assert TorchSettings(device="cuda").resolved().decode_prompt_rows == 2048
+    gpu = TorchSettings(device="cuda", prefill_tokens=512).resolved()
+    assert gpu.decode_prompt_rows == 512  # the same prompt tokens a step as a prefill step
     assert TorchSettings(device="cpu", decode_prompt_rows=8).resolved().decode_prompt_rows == 8

@@ -27,10 +27,13 @@ class TorchSettings:
     # sequence's prompt joins the running batch instead of stalling it in a step of its own
     # (vLLM's chunked prefill mixed into decode batches). 0: prompts prefill in steps of their
     # own. A prompt with nothing decoding beside it prefills in its own steps either way.
-    # None: 256 on the GPU, where the decode kernel reads each row's own keys; 0 on the CPU,
-    # where each one-query row gathers its sequence's whole table (a HumanEval prompt joining a
-    # step of the embedded model made it take 0.80-0.83 s; a prompt's own prefill step took
-    # 0.24-0.26 s).
+    # None: `prefill_tokens` on the GPU, where the decode kernel reads each row's own keys, so
+    # a step takes as many prompt tokens whether prompts join decode steps or not (with the
+    # 8B shape and 64 prompts of 512 tokens arriving at once, 2,048 prompt rows a step got
+    # the last first token 1.0 s after the first, 256 rows 1.4 s: docs/benchmarks.md); 0 on
+    # the CPU, where each one-query row gathers its sequence's whole table (a HumanEval prompt
+    # joining a step of the embedded model made it take 0.80-0.83 s; a prompt's own prefill
+    # step took 0.24-0.26 s).
     decode_prompt_rows: int | None = None
     # Keep the KV blocks of prompts by content and reuse a shared prefix (chat turns, a system
     # prompt); a benchmark measures every request from a cold cache instead (off).
@@ -69,7 +72,7 @@ class TorchSettings:
         process = device == "cuda" if self.engine_process is None else self.engine_process
         prompt_rows = self.decode_prompt_rows
         if prompt_rows is None:
-            prompt_rows = 256 if device == "cuda" else 0
+            prompt_rows = self.prefill_tokens if device == "cuda" else 0
         return replace(
             self,
             device=device,
