@@ -11,11 +11,15 @@ For each batch size B it times, on one engine (random bf16 weights of a preset):
   step must read over the measured copy bandwidth (the roofline) beside them;
 - the weight products alone at M = B (torch.mm on the layer's shapes, separate and fused),
   each as achieved bandwidth.
+With --prompt-rows N, each step also carries N prompt rows of one query (a mixed step: new
+prompts of `--context` tokens joining the batch, their rows' tables those of the decode rows),
+and the weight products' rate is given in TFLOP/s beside the bandwidth.
 With --prefill LENGTHS, one sequence's prefill step instead, of each length after --cached
 tokens: replayed from the engine's prefill graph for its table's width, from the graph for the
 widest table (the whole context), and eagerly; with the kernels of the first.
 
 `PYTHONPATH=src python3 benchmarks/torch_step.py --preset llama-3-8b --batches 1,64,128`
+`PYTHONPATH=src python3 benchmarks/torch_step.py --batches 64 --prompt-rows 2048`
 `PYTHONPATH=src python3 benchmarks/torch_step.py --preset gemma-3-270m --prefill 16,128,1024`
 """
 
@@ -44,6 +48,30 @@ def decode_inputs(runner: object, batch: int, context: int) -> object:
     slots = tables[:, context // BLOCK_SIZE, None].long() * BLOCK_SIZE + context % BLOCK_SIZE
     tokens = torch.randint(0, runner.model.config.vocab_size, (batch, 1))  # type: ignore[attr-defined]
     return StepInputs(True, True, tokens, positions, slots, tables)
+
+
+def mixed_inputs(runner: object, batch: int, context: int, prompt_rows: int) -> object:
+    """A decode step of `batch` rows at position `context`, then `prompt_rows` prompt rows:
+    prompts of `context` tokens (the last one shorter), one query a row at positions 0.., each
+    prompt over the blocks of a decode row (their keys are what a timing needs, not theirs)."""
+    from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+
+    decode = decode_inputs(runner, batch, context)
+    if not prompt_rows:
+        return decode
+    index = torch.arange(prompt_rows)
+    positions = index % context
+    tables = decode.tables[(index // context) % batch]  # type: ignore[attr-defined]
+    slots = tables.long()[index, positions // BLOCK_SIZE] * BLOCK_SIZE + positions % BLOCK_SIZE
+    tokens = torch.randint(0, runner.model.config.vocab_size, (prompt_rows, 1))  # type: ignore[attr-defined]
+    return StepInputs(
+        True,
+        True,
+        torch.cat([decode.tokens, tokens]),  # type: ignore[attr-defined]
+        torch.cat([decode.positions, positions[:, None]]),  # type: ignore[attr-defined]
+        torch.cat([decode.slots, slots[:, None]]),  # type: ignore[attr-defined]
+        torch.cat([decode.tables, tables]),  # type: ignore[attr-defined]
+    )
 
 
 def prefill_inputs(runner: object, length: int, cached: int, width: int) -> object:
@@ -205,20 +233,30 @@ def gemm_bandwidth(config: object, batch: int, bandwidth: float) -> list[dict]:
         torch.cuda.synchronize()
         seconds = (time.perf_counter() - start) / 100
         read = (n * k + batch * k + batch * n) * 2
-        rows.append({"product": name, "us": seconds * 1e6, "share": read / seconds / bandwidth})
+        rows.append(
+            {
+                "product": name,
+                "us": seconds * 1e6,
+                "share": read / seconds / bandwidth,
+                "tflops": 2 * batch * n * k / seconds / 1e12,
+            }
+        )
     return rows
 
 
-def diagnose(engine: object, batches: list[int], context: int, steps: int) -> None:
+def diagnose(
+    engine: object, batches: list[int], context: int, steps: int, prompt_rows: int = 0
+) -> None:
     """Print the step's parts at each batch size (the module's list)."""
     runner = engine._core.runner  # type: ignore[attr-defined]
     bandwidth = engine.bandwidth_bytes_per_s  # type: ignore[attr-defined]
     assert bandwidth is not None
     for batch in batches:
-        inputs = decode_inputs(runner, batch, context)
+        inputs = mixed_inputs(runner, batch, context, prompt_rows)
         step_bytes = engine.weight_bytes() + batch * engine.kv_bytes(context)  # type: ignore[attr-defined]
         summary = {
             "batch": batch,
+            "prompt_rows": prompt_rows,
             "roofline_ms": step_bytes / bandwidth * 1e3,
             "replay_ms": time_replay(runner, inputs, steps, pick=False),
             "replay_pick_ms": time_replay(runner, inputs, steps, pick=True),
@@ -229,8 +267,12 @@ def diagnose(engine: object, batches: list[int], context: int, steps: int) -> No
         print(json.dumps(summary))
         for row in kernels:
             print(f"  {row['ms']:7.3f} ms  x{row['calls']:5.1f}  {row['kernel']}")
-        for row in gemm_bandwidth(engine.config, batch, bandwidth):  # type: ignore[attr-defined]
-            print(f"  mm {row['product']:11s} {row['us']:8.1f} us  {row['share']:5.2f} of copy bw")
+        rows = batch + prompt_rows
+        for row in gemm_bandwidth(engine.config, rows, bandwidth):  # type: ignore[attr-defined]
+            print(
+                f"  mm {row['product']:11s} {row['us']:8.1f} us  {row['share']:5.2f} of copy bw"
+                f"  {row['tflops']:6.1f} TFLOP/s"
+            )
 
 
 def main() -> None:
@@ -240,6 +282,9 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=640)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument(
+        "--prompt-rows", type=int, default=0, help="prompt rows of one query beside each batch"
+    )
     parser.add_argument("--prefill", help="prefill lengths (one sequence) instead of decode")
     parser.add_argument("--cached", type=int, default=0, help="cached tokens before a prefill")
     parser.add_argument("--max-seq-len", type=int, help="the engine's context (default: fits)")
@@ -253,6 +298,7 @@ def main() -> None:
         concurrency=max(batches),
         compile=not args.no_compile,
         engine_process=False,  # the steps run from this process's runner
+        decode_prompt_rows=args.prompt_rows,
     )
     started = time.monotonic()
     engine = TorchEngine(args.preset, settings)
@@ -263,7 +309,7 @@ def main() -> None:
         lengths = [int(n) for n in args.prefill.split(",")]
         prefill_diagnose(engine, lengths, args.cached, args.steps)
     else:
-        diagnose(engine, batches, args.context, args.steps)
+        diagnose(engine, batches, args.context, args.steps, args.prompt_rows)
     engine.close()
 
 
