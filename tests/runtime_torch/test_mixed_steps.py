@@ -180,3 +180,46 @@ def test_prompts_join_decode_steps_by_default_on_the_gpu_only() -> None:
     gpu = TorchSettings(device="cuda", prefill_tokens=512).resolved()
     assert gpu.decode_prompt_rows == 512  # the same prompt tokens a step as a prefill step
     assert TorchSettings(device="cpu", decode_prompt_rows=8).resolved().decode_prompt_rows == 8
+
+
+def _compiled_engine(compiled: bool, device: str) -> TorchEngine:
+    settings = TorchSettings(
+        device=device,
+        dtype="float32",  # argmax ties broken alike: the paths differ by rounding alone
+        max_seq_len=64,
+        seed=5,
+        concurrency=4,
+        decode_prompt_rows=16,
+        compile=compiled,
+        cuda_graphs=compiled,
+        prefill_graphs=compiled,
+        engine_process=False,
+    )
+    # tiny-tp: untied, so greedy tokens vary (the tied tiny presets repeat the last token).
+    return TorchEngine("tiny-tp", settings)
+
+
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not _has_cuda(), reason="no CUDA GPU"))],
+)
+def test_the_compiled_step_with_its_head_apart_picks_the_eager_tokens(device: str) -> None:
+    """The decode step as the engine runs it by default on a GPU (its body compiled, the head
+    on the first `concurrency` rows outside it, replayed from CUDA graphs there) against the
+    eager model: a running sequence, then three prompts joining it at once in a step wider
+    than the concurrency."""
+    running, prompts = [5, 17, 42, 99, 3, 10, 7, 64], [[40, 41, 42, 43], [50, 51], [60, 61, 62]]
+    results = []
+    for compiled in (False, True):
+        engine = _compiled_engine(compiled, device)
+        try:
+            first = engine.generate_tokens(running, 30)
+            head = [next(first)[0] for _ in range(2)]
+            joined = [engine._submit(p, 8, frozenset(), 0.0, None) for p in prompts]
+            tokens = [[t for batch in engine._deliveries(s) for t, _ in batch] for s in joined]
+            results.append([head + [t for t, _ in first], *tokens])
+        finally:
+            engine.close()
+    eager, compiled_tokens = results
+    assert compiled_tokens == eager
+    assert all(len(tokens) == 8 for tokens in eager[1:])
