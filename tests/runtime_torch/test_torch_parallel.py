@@ -130,3 +130,33 @@ def test_every_rank_stays_in_step_across_early_stops_stop_tokens_and_sampling(
     finally:
         engine.close()
     assert sampled != expected
+
+
+def test_prompts_joining_a_wide_step_with_tensor_parallelism_get_one_process_s_tokens() -> None:
+    """Two processes, prompts joining the decode step as rows (16 a step, 4 sequences at
+    most): three prompts arrive while one sequence decodes, in a step wider than the
+    concurrency whose first rows alone get logits (each rank's vocabulary shard, gathered).
+    Every sequence's tokens are those of one process that prefills them alone."""
+    running, prompts = PROMPT, [[40, 41, 42, 43], [50, 51], [60, 61, 62]]
+
+    def settings(tp: int, prompt_rows: int) -> TorchSettings:
+        return TorchSettings(
+            device="cpu", tp=tp, max_seq_len=64, seed=11, concurrency=4,
+            decode_prompt_rows=prompt_rows,
+        )  # fmt: skip
+
+    results = []
+    for tp, prompt_rows in ((1, 0), (2, 16)):
+        engine = TorchEngine("tiny-tp", settings(tp, prompt_rows))
+        try:
+            first = engine.generate_tokens(running, 20)
+            head = [next(first)[0] for _ in range(2)]
+            joined = [engine._submit(p, 6, frozenset(), 0.0, None) for p in prompts]
+            tokens = [[t for batch in engine._deliveries(s) for t, _ in batch] for s in joined]
+            results.append([head + [t for t, _ in first], *tokens])
+            counts = engine.step_counts()
+        finally:
+            engine.close()
+    alone, parallel = results
+    assert parallel == alone
+    assert counts.steps["mixed"] >= 1  # the two-process engine took the prompts as rows
