@@ -13,6 +13,8 @@ from openjarvis.runtime.torch.paged import BlockPool
 from openjarvis.runtime.torch.scheduler import PENDING, Scheduler, Sequence, Step
 from tests.runtime_torch.test_prefix_cache import _has_cuda
 
+RUNNING = [5, 17, 42, 99, 3, 10, 7, 64]  # a prompt that decodes while others join it
+
 
 def _rows(step: Step) -> list[tuple[int, list[int], int, bool]]:
     """(sequence's first prompt token, tokens, start, sample) for each row."""
@@ -119,7 +121,7 @@ def test_through_the_engine_a_prompt_joins_running_decodes_with_the_tokens_it_ge
     greedy tokens and the running sequence's are those of the engine without prompt rows
     (on a GPU in bf16 too, where the prompt's keys come from the decode kernel's rows instead
     of a prefill graph)."""
-    running, joining = [5, 17, 42, 99, 3, 10, 7, 64], list(range(40, 61))
+    running, joining = RUNNING, list(range(40, 61))
     alone = _engine(prompt_rows=0, device=device)
     try:
         expected = [
@@ -151,25 +153,29 @@ def test_prompts_ending_in_a_step_wider_than_the_concurrency_get_their_own_first
     """Three 3-token prompts join one decode step of a 4-sequence engine at once: 10 rows, of
     which the runner computes logits for the first 4 only. The rows that end the prompts come
     right after the decode row, and each prompt gets the tokens it gets alone."""
-    running, prompts = [5, 17, 42, 99, 3, 10, 7, 64], [[40, 41, 42], [50, 51, 52], [60, 61, 62]]
-    alone = _engine(prompt_rows=0, device="cpu")
-    try:
-        expected = [[t for t, _ in alone.generate_tokens(p, 6)] for p in prompts]
-    finally:
-        alone.close()
-    engine = _engine(prompt_rows=16, device="cpu")
-    try:
-        first = engine.generate_tokens(running, 40)
-        next(first)
-        before = engine.step_counts()
-        joined = [engine._submit(p, 6, frozenset(), 0.0, None) for p in prompts]
-        tokens = [[t for batch in engine._deliveries(s) for t, _ in batch] for s in joined]
-        list(first)
-        counts = engine.step_counts().since(before)
-    finally:
-        engine.close()
-    assert tokens == expected
-    assert counts.steps["prefill"] == 0 and counts.steps["mixed"] >= 1
+    prompts = [[40, 41, 42], [50, 51, 52], [60, 61, 62]]
+    results, counts = [], []
+    for prompt_rows in (0, 16):
+        engine = _engine(prompt_rows=prompt_rows, device="cpu")
+        try:
+            results.append(joined_while_decoding(engine, RUNNING, prompts, 6))
+            counts.append(engine.step_counts())
+        finally:
+            engine.close()
+    assert results[1] == results[0]
+    assert counts[0].steps["mixed"] == 0 and counts[1].steps["mixed"] >= 1
+
+
+def joined_while_decoding(
+    engine: TorchEngine, running: list[int], prompts: list[list[int]], tokens: int
+) -> list[list[int]]:
+    """Start `running`; once it decodes, submit every prompt at once for `tokens` tokens each.
+    Every sequence's greedy tokens, the running one's first (4 * `tokens` of them)."""
+    first = engine.generate_tokens(running, 4 * tokens)
+    head = [next(first)[0] for _ in range(2)]
+    joined = [engine._submit(p, tokens, frozenset(), 0.0, None) for p in prompts]
+    replies = [[t for batch in engine._deliveries(s) for t, _ in batch] for s in joined]
+    return [head + [t for t, _ in first], *replies]
 
 
 def test_prompts_join_decode_steps_by_default_on_the_gpu_only() -> None:
@@ -208,16 +214,12 @@ def test_the_compiled_step_with_its_head_apart_picks_the_eager_tokens(device: st
     on the first `concurrency` rows outside it, replayed from CUDA graphs there) against the
     eager model: a running sequence, then three prompts joining it at once in a step wider
     than the concurrency."""
-    running, prompts = [5, 17, 42, 99, 3, 10, 7, 64], [[40, 41, 42, 43], [50, 51], [60, 61, 62]]
+    prompts = [[40, 41, 42, 43], [50, 51], [60, 61, 62]]
     results = []
     for compiled in (False, True):
         engine = _compiled_engine(compiled, device)
         try:
-            first = engine.generate_tokens(running, 30)
-            head = [next(first)[0] for _ in range(2)]
-            joined = [engine._submit(p, 8, frozenset(), 0.0, None) for p in prompts]
-            tokens = [[t for batch in engine._deliveries(s) for t, _ in batch] for s in joined]
-            results.append([head + [t for t, _ in first], *tokens])
+            results.append(joined_while_decoding(engine, RUNNING, prompts, 8))
         finally:
             engine.close()
     eager, compiled_tokens = results

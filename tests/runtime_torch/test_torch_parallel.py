@@ -12,6 +12,7 @@ from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
 from openjarvis.runtime.torch.loading import build_model  # noqa: E402
 from openjarvis.runtime.torch.model import config_for  # noqa: E402
 from openjarvis.runtime.torch.parallel import tensor_parallel  # noqa: E402
+from tests.runtime_torch.test_mixed_steps import joined_while_decoding  # noqa: E402
 
 # float32: the sharded matmuls and the all-reduce add partial sums in another order than one
 # process does; the difference is rounding, near 1e-7 of the logits' scale.
@@ -137,7 +138,7 @@ def test_prompts_joining_a_wide_step_with_tensor_parallelism_get_one_process_s_t
     most): three prompts arrive while one sequence decodes, in a step wider than the
     concurrency whose first rows alone get logits (each rank's vocabulary shard, gathered).
     Every sequence's tokens are those of one process that prefills them alone."""
-    running, prompts = PROMPT, [[40, 41, 42, 43], [50, 51], [60, 61, 62]]
+    prompts = [[40, 41, 42, 43], [50, 51], [60, 61, 62]]
 
     def settings(tp: int, prompt_rows: int) -> TorchSettings:
         return TorchSettings(
@@ -149,11 +150,7 @@ def test_prompts_joining_a_wide_step_with_tensor_parallelism_get_one_process_s_t
     for tp, prompt_rows in ((1, 0), (2, 16)):
         engine = TorchEngine("tiny-tp", settings(tp, prompt_rows))
         try:
-            first = engine.generate_tokens(running, 20)
-            head = [next(first)[0] for _ in range(2)]
-            joined = [engine._submit(p, 6, frozenset(), 0.0, None) for p in prompts]
-            tokens = [[t for batch in engine._deliveries(s) for t, _ in batch] for s in joined]
-            results.append([head + [t for t, _ in first], *tokens])
+            results.append(joined_while_decoding(engine, PROMPT, prompts, 6))
             counts = engine.step_counts()
         finally:
             engine.close()
