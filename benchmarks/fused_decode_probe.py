@@ -154,7 +154,12 @@ def engine_ms(preset: str, rows: int, context: int, steps: int) -> tuple[float, 
     from openjarvis.runtime.torch.engine import TorchEngine
 
     settings = TorchSettings(
-        max_seq_len=context + 64, concurrency=max(rows, 1), engine_process=False
+        max_seq_len=context + 64,
+        concurrency=max(rows, 1),
+        engine_process=False,
+        # Only the decode step is timed: no graphs for prompt rows or prefill (a faster start).
+        decode_prompt_rows=0,
+        prefill_graphs=False,
     )
     engine = TorchEngine(preset, settings)
     try:
