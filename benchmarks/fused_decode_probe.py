@@ -7,8 +7,8 @@ q, k and v after the residual and norms (`norm_gemv`), the engine's paged decode
 (without q and k's norms, RoPE or the KV write, which the design would fold into it), the
 attention-out product, gate and up after the residual and norms with the activation, and down;
 then the final norm, the output head and the argmax. Beside it, in the same process, the
-engine's own decode step for the same rows replayed from its graph (compiled, as it runs; timed
-as torch_step.py times it, its inputs copied in each step), and both against the bytes a step
+engine's own decode step for the same rows replayed from its graph (compiled; timed as
+torch_step.py times it, its inputs copied in each step), and both against the bytes a step
 reads over the copy bandwidth. Each `--block-n` is tried, the fastest kept.
 
 `PYTHONPATH=src python3 benchmarks/fused_decode_probe.py --preset gemma-3-270m --rows 1`
@@ -101,10 +101,14 @@ def build_step(
     # The decode kernel reads the blocks on a GPU; elsewhere (a smoke run) the gathered path.
     mask = None if device.type == "cuda" else layout.masks(block_size, None)
 
+    def norm(value: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return (F.rms_norm(value.float(), (dim,), eps=eps) * (offset + scale.float())).to(dtype)
+
     def step() -> torch.Tensor:
-        current, pending, turn = embedded, None, 0
+        # pending: the last layer's down product, not yet added; post_ffn: that layer's norm.
+        current, pending, post_ffn, turn = embedded, None, None, 0
         for layer in layers:
-            attn_norm, post_attn, ffn_norm, post_ffn = layer["norms"]
+            attn_norm, post_attn, ffn_norm, next_post_ffn = layer["norms"]
             after = buffers[turn]
             qkv = norm_gemv(
                 current,
@@ -112,7 +116,7 @@ def build_step(
                 eps=eps,
                 pending=pending,
                 x_out=after if pending is not None else None,
-                post=post_ffn if (pending is not None and sandwich) else None,
+                post=post_ffn if sandwich else None,
                 pre=attn_norm,
                 offset=offset,
                 block_n=block_n,
@@ -137,17 +141,20 @@ def build_step(
             )
             current, turn = after, 1 - turn
             pending = norm_gemv(active, layer["w2"], eps=eps, block_n=block_n)
+            post_ffn = next_post_ffn
         # The last residual add and the final norm, eagerly (a few kernels of the ~90).
-        assert pending is not None
-        last = current + pending
-        normed = F.rms_norm(last.float(), (dim,), eps=eps).to(dtype) * final_norm
-        return F.linear(normed, head).argmax(dim=-1)
+        assert pending is not None and post_ffn is not None
+        last = current + (norm(pending, post_ffn) if sandwich else pending)
+        return F.linear(norm(last, final_norm), head).argmax(dim=-1)
 
     return step
 
 
 def engine_ms(preset: str, rows: int, context: int, steps: int) -> tuple[float, float, float]:
-    """The engine's replayed decode step (ms), the bytes a step reads, the copy bandwidth."""
+    """The engine's replayed decode step (ms), the bytes a step reads, the copy bandwidth.
+    Its engine captures decode graphs for these rows only (no prompt rows, no prefill graphs:
+    a faster start); at one row the step is the one it runs with them (bucket 1 is compiled
+    on its own), above one the compiled body is tuned at this size, not at its largest."""
     from torch_step import decode_inputs, time_replay  # this folder is on the path
 
     from openjarvis.runtime.torch.config import TorchSettings
@@ -157,7 +164,6 @@ def engine_ms(preset: str, rows: int, context: int, steps: int) -> tuple[float, 
         max_seq_len=context + 64,
         concurrency=max(rows, 1),
         engine_process=False,
-        # Only the decode step is timed: no graphs for prompt rows or prefill (a faster start).
         decode_prompt_rows=0,
         prefill_graphs=False,
     )

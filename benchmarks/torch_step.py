@@ -298,7 +298,7 @@ def main() -> None:
         concurrency=max(batches),
         compile=not args.no_compile,
         engine_process=False,  # the steps run from this process's runner
-        decode_prompt_rows=args.prompt_rows,
+        decode_prompt_rows=args.prompt_rows or None,  # None: the engine's own default
     )
     started = time.monotonic()
     engine = TorchEngine(args.preset, settings)

@@ -110,6 +110,18 @@ def _engine(prompt_rows: int, device: str) -> TorchEngine:
     return TorchEngine("tiny-tp", settings)
 
 
+def joined_while_decoding(
+    engine: TorchEngine, running: list[int], prompts: list[list[int]], tokens: int
+) -> list[list[int]]:
+    """Start `running`; once it decodes, submit every prompt at once for `tokens` tokens each.
+    Every sequence's greedy tokens, the running one's first (4 * `tokens` of them)."""
+    first = engine.generate_tokens(running, 4 * tokens)
+    head = [next(first)[0] for _ in range(2)]
+    joined = [engine._submit(p, tokens, frozenset(), 0.0, None) for p in prompts]
+    replies = [[t for batch in engine._deliveries(s) for t, _ in batch] for s in joined]
+    return [head + [t for t, _ in first], *replies]
+
+
 @pytest.mark.parametrize(
     "device",
     ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not _has_cuda(), reason="no CUDA GPU"))],
@@ -164,18 +176,6 @@ def test_prompts_ending_in_a_step_wider_than_the_concurrency_get_their_own_first
             engine.close()
     assert results[1] == results[0]
     assert counts[0].steps["mixed"] == 0 and counts[1].steps["mixed"] >= 1
-
-
-def joined_while_decoding(
-    engine: TorchEngine, running: list[int], prompts: list[list[int]], tokens: int
-) -> list[list[int]]:
-    """Start `running`; once it decodes, submit every prompt at once for `tokens` tokens each.
-    Every sequence's greedy tokens, the running one's first (4 * `tokens` of them)."""
-    first = engine.generate_tokens(running, 4 * tokens)
-    head = [next(first)[0] for _ in range(2)]
-    joined = [engine._submit(p, tokens, frozenset(), 0.0, None) for p in prompts]
-    replies = [[t for batch in engine._deliveries(s) for t, _ in batch] for s in joined]
-    return [head + [t for t, _ in first], *replies]
 
 
 def test_prompts_join_decode_steps_by_default_on_the_gpu_only() -> None:

@@ -174,13 +174,15 @@ def norm_gemv(
 ) -> Tensor:
     """out [B, N] = (rmsnorm(x + post(pending)) with `pre`) @ weight^T (+ bias), or with `glu`
     act(gate) * up for weight = [gate; up] ([2 N, D]); x, pending [B, D]. With `pending`, the
-    new residual x + post(pending) goes to `x_out` [B, D]. `post` and `pre` are RMSNorm weights
-    ([D], scaling by offset + w); None: no such norm."""
+    new residual x + post(pending) goes to `x_out` [B, D], another buffer than x (every program
+    reads x while program 0 writes it). `post` and `pre` are RMSNorm weights ([D], scaling by
+    offset + w); None: no such norm."""
     rows, dim = x.shape
     outputs = weight.size(0) // (2 if glu else 1)
     assert weight.shape == ((2 if glu else 1) * outputs, dim), "weight [N, D] ([2 N, D] with glu)"
     assert x.is_contiguous() and weight.is_contiguous(), "contiguous rows"
     assert pending is None or (pending.shape == x.shape and x_out is not None)
+    assert x_out is None or x_out.data_ptr() != x.data_ptr(), "x_out must not be x"
     assert post is None or pending is not None, "a post norm needs a pending output"
     assert rows <= 16, "a few rows: each program takes them all"
     assert bias is None or (glu is None and bias.shape == (outputs,)), "a bias [N], not with glu"

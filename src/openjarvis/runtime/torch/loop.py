@@ -244,8 +244,7 @@ class StepLoop:
         launch, or from the landing of the step before it if that came later."""
         if flight.landed is not None:
             flight.landed.synchronize()
-        rows = len(flight.step.rows)
-        picked: list[int | None] = [None] * rows
+        picked: list[int | None] = [None] * len(flight.step.rows)
         if flight.host is not None:  # the rows that may sample come first (Runner.run)
             picked[: flight.host.size(0)] = flight.host.tolist()
         end_s = time.monotonic()
