@@ -123,7 +123,9 @@ def build_step(
             )
             if pending is not None:
                 current, turn = after, 1 - turn
-            q = qkv[:, : heads * head_dim].view(rows, 1, heads, head_dim)
+            # Contiguous, as the operator takes it (a copy above one row; the model's RoPE
+            # makes it, and the design would fold both into the attention kernel).
+            q = qkv[:, : heads * head_dim].reshape(rows, 1, heads, head_dim).contiguous()
             attended = layer["cache"].attend(q, layout, mask, None, scale, None)
             out = norm_gemv(attended.reshape(rows, heads * head_dim), layer["wo"], eps=eps)
             after = buffers[turn]

@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 
 from openjarvis.runtime.torch.loading import build_model, load_hf  # noqa: E402
 from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for  # noqa: E402
-from openjarvis.runtime.torch.paged import Layout  # noqa: E402
+from openjarvis.runtime.torch.paged import Layout, row_joins  # noqa: E402
 
 # float32 on both sides, but different operation orders (SDPA vs eager softmax, fused RoPE):
 # differences stay near 1e-5 of the logits' scale; 1e-4 leaves room for other CPUs.
@@ -131,3 +131,20 @@ def test_last_only_returns_the_last_position() -> None:
 def test_heads_must_be_a_multiple_of_kv_heads() -> None:
     with pytest.raises(AssertionError, match="multiple of KV heads"):
         ModelConfig("bad", 16, 32, 1, n_heads=3, n_kv_heads=2, head_dim=8, intermediate_size=8)
+
+
+def test_rows_join_the_row_before_where_they_read_the_same_blocks() -> None:
+    """The decode kernel computes a run of rows together when each reads the blocks the one
+    before reads: a prompt's tokens as rows of one query, or a row's next tokens. The first row
+    never joins (the last row's table, one row down cyclically, is not its predecessor)."""
+    tables = torch.tensor([[3, 4], [1, 2], [1, 2], [1, 5], [3, 4]], dtype=torch.int32)
+    assert row_joins(tables, 1).tolist() == [False, False, True, False, False]
+    same = torch.tensor([[1, 2], [1, 2]], dtype=torch.int32)
+    assert row_joins(same, 1).tolist() == [False, True]  # the first: nothing before it
+    assert row_joins(torch.tensor([[7]], dtype=torch.int32), 1).tolist() == [False]
+    # Three queries a row: a row's later queries join; its first joins where the table repeats.
+    assert row_joins(tables[:3], 3).tolist() == [
+        *[False, True, True],
+        *[False, True, True],
+        *[True, True, True],
+    ]

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from openjarvis.runtime.torch.paged import Layout, PagedKV, uses_decode_kernel
+from openjarvis.runtime.torch.paged import Layout, PagedKV, row_joins, uses_decode_kernel
 
 __all__ = [
     "PRESETS",
@@ -271,7 +271,10 @@ class Transformer(nn.Module):
             x = x * self.embedding_scale
         # Which keys each query sees (not needed where the decode kernel reads the blocks).
         causal = sliding = None
-        if not uses_decode_kernel(tokens, config.head_dim, config.attn_logit_softcap):
+        if uses_decode_kernel(tokens, config.head_dim, config.attn_logit_softcap):
+            joins = row_joins(layout.block_tables, tokens.size(1))
+            layout = Layout(layout.positions, layout.slots, layout.block_tables, joins)
+        else:
             causal = layout.masks(self.block_size, None)  # [B, T, S]
             sliding = causal
             if config.sliding_window is not None:

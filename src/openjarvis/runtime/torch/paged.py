@@ -20,6 +20,7 @@ __all__ = [
     "Layout",
     "PagedKV",
     "chain_key",
+    "row_joins",
     "uses_decode_kernel",
 ]
 
@@ -41,6 +42,22 @@ def uses_decode_kernel(tokens: Tensor, head_dim: int, softcap: float | None) -> 
     return tokens.size(1) <= KERNEL_QUERIES and tokens.is_cuda and softcap is None and fits
 
 
+def row_joins(tables: Tensor, length: int) -> Tensor:
+    """[B * length] bool for a step of B rows of `length` queries each (row b's queries one
+    after another): query i reads the same blocks as query i - 1, because it is the next
+    token of the same row or its row's table equals the previous row's."""
+    # Compared with the table a row down (the first row with the last: it never joins). No
+    # slice of B - 1 rows: at B = 2 it would be one row, which torch.compile fixes in the graph.
+    previous = torch.roll(tables, 1, dims=0)
+    first = torch.arange(tables.size(0), device=tables.device) == 0
+    rows = (tables == previous).all(dim=1) & ~first
+    if length == 1:
+        return rows
+    joins = rows[:, None].repeat(1, length)
+    joins[:, 1:] = True
+    return joins.reshape(-1)
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where a step's tokens sit: B rows of T new tokens each (T = 1 for a decode step).
@@ -51,6 +68,9 @@ class Layout:
     positions: Tensor  # [B, T] long
     slots: Tensor  # [B, T] long: the slot each new key and value goes to
     block_tables: Tensor  # [B, W] int32: the blocks of each row's sequence, in order
+    # [B * T] bool, for the decode kernel: which queries read the same blocks as the one
+    # before (row_joins); the model computes it once a step.
+    joins: Tensor | None = None
 
     def masks(self, block_size: int, window: int | None) -> Tensor:
         """Which cached keys each query sees: [B, T, W * block_size] bool."""
@@ -125,6 +145,9 @@ class PagedKV(nn.Module):
 
             batch, length, heads, head_dim = q.shape
             tables = layout.block_tables
+            joins = layout.joins
+            if joins is None:
+                joins = row_joins(tables, length)
             if length > 1:  # each query a row of its own, over its sequence's blocks
                 tables = tables.repeat_interleave(length, dim=0)
             context = layout.positions.reshape(-1) + 1  # a query sees its own key and those before
@@ -134,6 +157,7 @@ class PagedKV(nn.Module):
                 self.v,
                 tables,
                 context,
+                joins,
                 scale,
                 window or 0,
             )
