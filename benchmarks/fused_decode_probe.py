@@ -9,7 +9,8 @@ attention-out product, gate and up after the residual and norms with the activat
 then the final norm, the output head and the argmax. Beside it, in the same process, the
 engine's own decode step for the same rows replayed from its graph (compiled; timed as
 torch_step.py times it, its inputs copied in each step), and both against the bytes a step
-reads over the copy bandwidth. Each `--block-n` is tried, the fastest kept.
+reads over the copy bandwidth. Each `--block-n` is tried, the fastest kept, and its kernels
+listed by GPU time (torch.profiler).
 
 `PYTHONPATH=src python3 benchmarks/fused_decode_probe.py --preset gemma-3-270m --rows 1`
 """
@@ -36,8 +37,10 @@ def replay_ms(graph: torch.cuda.CUDAGraph, steps: int) -> float:
     return (time.perf_counter() - start) / steps * 1e3
 
 
-def chain(config: object, rows: int, context: int, block_n: int, steps: int) -> float:
-    """Milliseconds per replayed step of the fused chain."""
+def chain(
+    config: object, rows: int, context: int, block_n: int, steps: int
+) -> tuple[float, torch.cuda.CUDAGraph]:
+    """Milliseconds per replayed step of the fused chain, and its graph."""
     step = build_step(config, rows, context, block_n, torch.device("cuda"))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -48,7 +51,7 @@ def chain(config: object, rows: int, context: int, block_n: int, steps: int) -> 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    return replay_ms(graph, steps)
+    return replay_ms(graph, steps), graph
 
 
 def build_step(
@@ -194,11 +197,16 @@ def main() -> None:
     from openjarvis.runtime.torch.model import config_for
 
     config = config_for(args.preset)
-    fused = {
+    chains = {
         int(n): chain(config, args.rows, args.context, int(n), args.steps)
         for n in args.block_n.split(",")
     }
+    fused = {n: ms for n, (ms, _) in chains.items()}
     best_n = min(fused, key=fused.__getitem__)
+    # Where the fastest chain's time goes, by kernel (the GPU's time, launches hidden).
+    from torch_step import calls_kernels  # this folder is on the path
+
+    kernel_ms, kernels = calls_kernels(chains[best_n][1].replay, 20)
     ours, step_bytes, bandwidth = engine_ms(args.preset, args.rows, args.context, args.steps)
     roofline = step_bytes / bandwidth * 1e3
     summary = {
@@ -211,8 +219,11 @@ def main() -> None:
         "engine_step_ms": round(ours, 4),
         "engine_share": round(roofline / ours, 3),
         "engine_over_fused": round(ours / fused[best_n], 2),
+        "fused_kernels_ms": round(kernel_ms, 4),
     }
     print(json.dumps(summary))
+    for kernel in kernels:
+        print(f"  {kernel['ms']:8.4f} ms  x {kernel['calls']:5.1f}  {kernel['kernel']}")
 
 
 if __name__ == "__main__":

@@ -161,7 +161,8 @@ def rows_per_program(batch: int, group: int) -> int:
     32 queries in steps of more than 256 rows, which prompt rows widened. On an H200
     (benchmarks/attention_rows.py, 8B shape, 32 layers): 64 decode rows at 512 keys plus 2,048
     prompt rows took 5.19 / 4.56 / 4.67 ms at 16 / 32 / 64 queries (30.2 row by row); 64
-    decode rows alone 1.28 / 1.90 / 1.99 (1.27 row by row)."""
+    decode rows alone 1.28 / 1.90 / 1.99 (1.27 row by row). Only a concurrency above 256 makes
+    decode steps that wide; they would run 32 queries a program too (not measured)."""
     group_pad = triton.next_power_of_2(group)
     queries = 32 if batch > 256 else _MIN_QUERIES
     return max(1, queries // group_pad)
