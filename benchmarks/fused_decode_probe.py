@@ -9,8 +9,10 @@ attention-out product, gate and up after the residual and norms with the activat
 then the final norm, the output head and the argmax. Beside it, in the same process, the
 engine's own decode step for the same rows replayed from its graph (compiled; timed as
 torch_step.py times it, its inputs copied in each step), and both against the bytes a step
-reads over the copy bandwidth. Each `--block-n` is tried, the fastest kept, and its kernels
-listed by GPU time (torch.profiler).
+reads over the copy bandwidth. Each `--block-n` and `--block-k` is tried, the fastest kept, and
+its kernels listed by GPU time (torch.profiler). A program's passes over its rows (the norms,
+then the product) run one iteration each where `--block-k` covers the row (1,024 for Gemma 3
+270M's 640): fewer loads one after another, each waiting for memory.
 
 `PYTHONPATH=src python3 benchmarks/fused_decode_probe.py --preset gemma-3-270m --rows 1`
 """
@@ -19,6 +21,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -38,10 +41,10 @@ def replay_ms(graph: torch.cuda.CUDAGraph, steps: int) -> float:
 
 
 def chain(
-    config: object, rows: int, context: int, block_n: int, steps: int
+    config: object, rows: int, context: int, tiles: tuple[int, int], steps: int
 ) -> tuple[float, torch.cuda.CUDAGraph]:
     """Milliseconds per replayed step of the fused chain, and its graph."""
-    step = build_step(config, rows, context, block_n, torch.device("cuda"))
+    step = build_step(config, rows, context, tiles, torch.device("cuda"))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -55,9 +58,11 @@ def chain(
 
 
 def build_step(
-    config: object, rows: int, context: int, block_n: int, device: torch.device
+    config: object, rows: int, context: int, tiles: tuple[int, int], device: torch.device
 ) -> Callable[[], torch.Tensor]:
-    """The fused chain of one decode step (random weights), returning each row's argmax."""
+    """The fused chain of one decode step (random weights), returning each row's argmax.
+    `tiles`: the output features a program computes, and the most input columns it reads
+    per iteration (fewer where the input is narrower: the whole row in one load)."""
     from openjarvis.kernels.experimental.fused_decode import norm_gemv
     from openjarvis.runtime.torch.paged import Layout, PagedKV
 
@@ -107,13 +112,17 @@ def build_step(
     def norm(value: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return (F.rms_norm(value.float(), (dim,), eps=eps) * (offset + scale.float())).to(dtype)
 
+    def product(x: torch.Tensor, weight: torch.Tensor, **options: Any) -> torch.Tensor:
+        block_k = min(tiles[1], 1 << (x.size(1) - 1).bit_length())
+        return norm_gemv(x, weight, block_n=tiles[0], block_k=block_k, **options)
+
     def step() -> torch.Tensor:
         # pending: the last layer's down product, not yet added; post_ffn: that layer's norm.
         current, pending, post_ffn, turn = embedded, None, None, 0
         for layer in layers:
             attn_norm, post_attn, ffn_norm, next_post_ffn = layer["norms"]
             after = buffers[turn]
-            qkv = norm_gemv(
+            qkv = product(
                 current,
                 layer["wqkv"],
                 eps=eps,
@@ -122,7 +131,6 @@ def build_step(
                 post=post_ffn if sandwich else None,
                 pre=attn_norm,
                 offset=offset,
-                block_n=block_n,
             )
             if pending is not None:
                 current, turn = after, 1 - turn
@@ -130,9 +138,9 @@ def build_step(
             # makes it, and the design would fold both into the attention kernel).
             q = qkv[:, : heads * head_dim].reshape(rows, 1, heads, head_dim).contiguous()
             attended = layer["cache"].attend(q, layout, mask, None, scale, None)
-            out = norm_gemv(attended.reshape(rows, heads * head_dim), layer["wo"], eps=eps)
+            out = product(attended.reshape(rows, heads * head_dim), layer["wo"], eps=eps)
             after = buffers[turn]
-            active = norm_gemv(
+            active = product(
                 current,
                 layer["w13"],
                 eps=eps,
@@ -142,10 +150,9 @@ def build_step(
                 pre=ffn_norm,
                 offset=offset,
                 glu=glu,
-                block_n=block_n,
             )
             current, turn = after, 1 - turn
-            pending = norm_gemv(active, layer["w2"], eps=eps, block_n=block_n)
+            pending = product(active, layer["w2"], eps=eps)
             post_ffn = next_post_ffn
         # The last residual add and the final norm, eagerly (a few kernels of the ~90).
         assert pending is not None and post_ffn is not None
@@ -192,21 +199,23 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1)
     parser.add_argument("--context", type=int, default=400)
     parser.add_argument("--block-n", default="8,16,32")
+    parser.add_argument("--block-k", default="128,1024", help="most input columns an iteration")
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     from openjarvis.runtime.torch.model import config_for
 
     config = config_for(args.preset)
     chains = {
-        int(n): chain(config, args.rows, args.context, int(n), args.steps)
+        (int(n), int(k)): chain(config, args.rows, args.context, (int(n), int(k)), args.steps)
         for n in args.block_n.split(",")
+        for k in args.block_k.split(",")
     }
-    fused = {n: ms for n, (ms, _) in chains.items()}
-    best_n = min(fused, key=fused.__getitem__)
+    fused = {tiles: ms for tiles, (ms, _) in chains.items()}
+    best = min(fused, key=fused.__getitem__)
     # Where the fastest chain's time goes, by kernel (the GPU's time, launches hidden).
     from torch_step import calls_kernels  # this folder is on the path
 
-    kernel_ms, kernels = calls_kernels(chains[best_n][1].replay, 20)
+    kernel_ms, kernels = calls_kernels(chains[best][1].replay, 20)
     ours, step_bytes, bandwidth = engine_ms(args.preset, args.rows, args.context, args.steps)
     roofline = step_bytes / bandwidth * 1e3
     summary = {
@@ -214,11 +223,11 @@ def main() -> None:
         "rows": args.rows,
         "context": args.context,
         "roofline_ms": round(roofline, 4),
-        "fused_chain_ms_by_block_n": {n: round(ms, 4) for n, ms in fused.items()},
-        "fused_chain_share": round(roofline / fused[best_n], 3),
+        "fused_chain_ms_by_tiles": {f"n{n}_k{k}": round(ms, 4) for (n, k), ms in fused.items()},
+        "fused_chain_share": round(roofline / fused[best], 3),
         "engine_step_ms": round(ours, 4),
         "engine_share": round(roofline / ours, 3),
-        "engine_over_fused": round(ours / fused[best_n], 2),
+        "engine_over_fused": round(ours / fused[best], 2),
         "fused_kernels_ms": round(kernel_ms, 4),
     }
     print(json.dumps(summary))
