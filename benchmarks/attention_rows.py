@@ -16,6 +16,7 @@ import argparse
 import json
 
 import torch
+import triton
 from fused_decode_probe import replay_ms
 
 __all__ = ["main"]
@@ -37,17 +38,14 @@ def layout(batch: int, prompt_rows: int, context: int, width: int, block: int) -
 
 
 def step_ms(call: object, layers: int, steps: int) -> float:
-    """Milliseconds per replay of a CUDA graph of `layers` calls."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            call()  # type: ignore[operator]
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(layers):
-            call()  # type: ignore[operator]
+    """Milliseconds per replay of a CUDA graph of `layers` calls (captured as the engine
+    captures its steps)."""
+    from openjarvis.runtime.torch.runner import _captured
+
+    def layers_calls() -> torch.Tensor:
+        return [call() for _ in range(layers)][-1]  # type: ignore[operator]
+
+    graph, _ = _captured(layers_calls, (), warm_ups=2, pool=None)
     return replay_ms(graph, steps)
 
 
@@ -79,7 +77,7 @@ def compare(
     """One layout's rows alone against runs together, each `--rows`, in ms per step."""
     from functools import partial
 
-    from openjarvis.kernels.paged_attention import launch, rows_per_program
+    from openjarvis.kernels.paged_attention import paged_decode_attention, rows_per_program
     from openjarvis.runtime.torch.paged import row_joins
     from openjarvis.runtime.torch.runner import BLOCK_SIZE
 
@@ -91,7 +89,9 @@ def compare(
     q = torch.randn(tables.size(0), heads, head_dim, device=device, dtype=torch.bfloat16)
     alone = torch.zeros(tables.size(0), dtype=torch.bool, device=device)
     joins = row_joins(tables, 1)
-    step = partial(launch, q, k, v, tables, contexts, scale=head_dim**-0.5, window=0)
+    step = partial(
+        paged_decode_attention, q, k, v, tables, contexts, scale=head_dim**-0.5, window=0
+    )
     layers, steps = args.layers, args.steps  # type: ignore[attr-defined]
     before = step(joins=alone)
     result: dict[str, object] = {"rows": tables.size(0)}
@@ -99,17 +99,13 @@ def compare(
     default = rows_per_program(tables.size(0), heads // kv_heads)
     tried = {default, *(int(r) for r in args.rows.split(","))}  # type: ignore[attr-defined]
     for rows in sorted(tried):
-        if rows * triton_pad(heads // kv_heads) < 16:
+        if rows * triton.next_power_of_2(heads // kv_heads) < 16:  # the operator refuses it
             continue
         error = (step(joins=joins, rows=rows).float() - before.float()).abs().max().item()
         ms = step_ms(partial(step, joins=joins, rows=rows), layers, steps)
         mark = " (default)" if rows == default else ""
         result[f"rows_{rows}{mark}"] = {"ms": round(ms, 3), "max_diff": error}
     return result
-
-
-def triton_pad(group: int) -> int:
-    return 1 << (group - 1).bit_length()
 
 
 if __name__ == "__main__":

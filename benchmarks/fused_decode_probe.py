@@ -44,16 +44,10 @@ def chain(
     config: object, rows: int, context: int, tiles: tuple[int, int], steps: int
 ) -> tuple[float, torch.cuda.CUDAGraph]:
     """Milliseconds per replayed step of the fused chain, and its graph."""
+    from openjarvis.runtime.torch.runner import _captured
+
     step = build_step(config, rows, context, tiles, torch.device("cuda"))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph, _ = _captured(step, (), warm_ups=3, pool=None)
     return replay_ms(graph, steps), graph
 
 
@@ -63,6 +57,8 @@ def build_step(
     """The fused chain of one decode step (random weights), returning each row's argmax.
     `tiles`: the output features a program computes, and the most input columns it reads
     per iteration (fewer where the input is narrower: the whole row in one load)."""
+    import triton
+
     from openjarvis.kernels.experimental.fused_decode import norm_gemv
     from openjarvis.runtime.torch.paged import Layout, PagedKV
 
@@ -113,7 +109,7 @@ def build_step(
         return (F.rms_norm(value.float(), (dim,), eps=eps) * (offset + scale.float())).to(dtype)
 
     def product(x: torch.Tensor, weight: torch.Tensor, **options: Any) -> torch.Tensor:
-        block_k = min(tiles[1], 1 << (x.size(1) - 1).bit_length())
+        block_k = min(tiles[1], triton.next_power_of_2(x.size(1)))
         return norm_gemv(x, weight, block_n=tiles[0], block_k=block_k, **options)
 
     def step() -> torch.Tensor:

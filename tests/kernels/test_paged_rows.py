@@ -80,11 +80,13 @@ def test_prompt_rows_beside_decode_rows_match_the_gathered_attention(
     if q.is_cuda:  # the engine's path: attend finds the joins itself
         out = cache.attend(q, layout, mask=None, window=window, scale=scale, softcap=None)
     else:  # attend gathers on the CPU: the kernel called as the GPU would call it
-        from openjarvis.kernels.paged_attention import launch
+        from openjarvis.kernels.paged_attention import paged_decode_attention
 
         flat, context = q.reshape(len(rows), heads, head_dim), layout.positions.reshape(-1) + 1
         tables = layout.block_tables
-        out = launch(flat, cache.k, cache.v, tables, context, joins, scale, window or 0)
+        out = paged_decode_attention(
+            flat, cache.k, cache.v, tables, context, joins, scale, window or 0
+        )
         out = out.view_as(q)
     mask = layout.masks(16, window)
     expected = reference.gathered(q.float(), layout, mask, scale, softcap=None)

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-__all__ = ["launch", "paged_decode_attention"]
+__all__ = ["paged_decode_attention", "rows_per_program"]
 
 _TARGET_PROGRAMS = 264  # two per SM of an H100/H200: enough to hide memory latency
 _MIN_QUERIES = 16  # tl.dot's least M: query heads x rows a program computes
@@ -168,7 +168,8 @@ def rows_per_program(batch: int, group: int) -> int:
     return max(1, queries // group_pad)
 
 
-def launch(
+@torch.library.custom_op("openjarvis::paged_decode_attention", mutates_args=())
+def paged_decode_attention(
     q: Tensor,
     k_cache: Tensor,
     v_cache: Tensor,
@@ -177,12 +178,21 @@ def launch(
     joins: Tensor,
     scale: float,
     window: int,
-    rows: int | None = None,
+    rows: int = 0,
 ) -> Tensor:
-    """The operator's work, with `rows` per program open to a benchmark (default:
-    rows_per_program)."""
+    """q [B, heads, head_dim] against each row's first `context[b]` cached positions (the last
+    `window` of them when window > 0) -> [B, heads, head_dim] in q's dtype. `joins`
+    (paged.row_joins) says which rows read the same blocks as the row before; `rows` per
+    program is open to a benchmark (0: rows_per_program)."""
+    assert q.dim() == 3 and k_cache.dim() == 4 and k_cache.shape == v_cache.shape
+    assert q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert q.size(2) == k_cache.size(3) and q.size(1) % k_cache.size(2) == 0
+    assert block_tables.dtype == torch.int32 and block_tables.size(0) == q.size(0)
+    assert joins.dtype == torch.bool and joins.shape == (q.size(0),)
+    assert q.size(2) >= 16 and q.size(2) & (q.size(2) - 1) == 0, "head_dim: a power of two >= 16"
     batch, heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
+    assert block_size >= 16 and block_size & (block_size - 1) == 0, "block: a power of two >= 16"
     group = heads // kv_heads
     group_pad = triton.next_power_of_2(group)
     rows = rows or rows_per_program(batch, group)
@@ -197,11 +207,11 @@ def launch(
     tile = tile_for(head_dim)
     splits = max(1, min(-(-_TARGET_PROGRAMS // (batch * kv_heads)), -(-span // tile)))
     out = torch.empty_like(q)
-    best = torch.empty(batch, heads, splits, device=q.device, dtype=torch.float32)
-    total = torch.empty_like(best)
-    acc = torch.empty(batch, heads, splits, head_dim, device=q.device, dtype=torch.float32)
-    if splits == 1:  # the kernel writes `out` itself: no parts to keep
-        best = total = acc = out
+    best = total = acc = out  # one split: the kernel writes `out` itself, no parts to keep
+    if splits > 1:
+        best = torch.empty(batch, heads, splits, device=q.device, dtype=torch.float32)
+        total = torch.empty_like(best)
+        acc = torch.empty(batch, heads, splits, head_dim, device=q.device, dtype=torch.float32)
     _paged_attention_kernel[(batch, kv_heads, splits)](
         q, k_cache, v_cache, block_tables, context, joins, best, total, acc, out, scale, window,
         batch, block_tables.stride(0), k_cache.stride(0), k_cache.stride(1),
@@ -214,31 +224,6 @@ def launch(
             HEAD_DIM=head_dim,
         )  # fmt: skip
     return out
-
-
-@torch.library.custom_op("openjarvis::paged_decode_attention", mutates_args=())
-def paged_decode_attention(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    context: Tensor,
-    joins: Tensor,
-    scale: float,
-    window: int,
-) -> Tensor:
-    """q [B, heads, head_dim] against each row's first `context[b]` cached positions (the last
-    `window` of them when window > 0) -> [B, heads, head_dim] in q's dtype. `joins`
-    (paged.row_joins) says which rows read the same blocks as the row before."""
-    assert q.dim() == 3 and k_cache.dim() == 4 and k_cache.shape == v_cache.shape
-    assert q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
-    assert q.size(2) == k_cache.size(3) and q.size(1) % k_cache.size(2) == 0
-    assert block_tables.dtype == torch.int32 and block_tables.size(0) == q.size(0)
-    assert joins.dtype == torch.bool and joins.shape == (q.size(0),)
-    assert q.size(2) >= 16 and q.size(2) & (q.size(2) - 1) == 0, "head_dim: a power of two >= 16"
-    block = k_cache.size(1)
-    assert block >= 16 and block & (block - 1) == 0, "block: a power of two >= 16"
-    return launch(q, k_cache, v_cache, block_tables, context, joins, scale, window)
 
 
 @paged_decode_attention.register_fake

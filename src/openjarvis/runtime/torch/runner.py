@@ -496,8 +496,8 @@ class Runner:
 
 
 def _captured(
-    step: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor],
-    arguments: tuple[Tensor, Tensor, Tensor, Tensor],
+    step: Callable[..., Tensor],
+    arguments: tuple[Tensor, ...],
     warm_ups: int,
     pool: "_POOL_HANDLE | None",
 ) -> tuple[torch.cuda.CUDAGraph, Tensor]:
