@@ -2,8 +2,6 @@
 its torch reference against the model's own modules (anywhere), and the kernel against the
 reference (on a GPU, or on the CPU under TRITON_INTERPRET=1 where Triton is installed)."""
 
-import os
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,6 +15,7 @@ from openjarvis.runtime.torch.model import (  # noqa: E402
     RMSNorm,
     config_for,
 )
+from tests.kernels.triton_device import KERNEL_MARKS, kernel_device  # noqa: E402
 
 Glu = str | None
 
@@ -104,14 +103,8 @@ def test_the_reference_is_the_model_s_residual_norm_and_mlp(name: str) -> None:
 # interpreter about half the rounded values sit one bf16 step lower, and the bounds are looser.
 
 
-def _kernel_device() -> str | None:
-    if torch.cuda.is_available():
-        return "cuda"
-    return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else None
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(_kernel_device() is None, reason="needs a CUDA GPU (or TRITON_INTERPRET=1)")
+@KERNEL_MARKS[0]
+@KERNEL_MARKS[1]
 @pytest.mark.parametrize(
     ("rows", "dim", "features", "glu", "post", "offset", "bias"),
     [
@@ -128,7 +121,7 @@ def test_the_kernel_computes_the_reference(
     pytest.importorskip("triton")
     from openjarvis.kernels.experimental.fused_decode import norm_gemv
 
-    device = _kernel_device()
+    device = kernel_device()
     generator = torch.Generator().manual_seed(rows)
 
     def randn(*shape: int, scale: float = 1.0) -> Tensor:

@@ -5,25 +5,15 @@ or on the CPU under TRITON_INTERPRET=1 in float32 (the interpreter loads masked 
 their raw bits)."""
 
 import math
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from openjarvis.runtime.torch.paged import Layout, PagedKV, row_joins  # noqa: E402
+from tests.kernels.triton_device import KERNEL_MARKS, kernel_device  # noqa: E402
 
-
-def _device() -> str | None:
-    if torch.cuda.is_available():
-        return "cuda"
-    return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else None
-
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(_device() is None, reason="needs a CUDA GPU (or TRITON_INTERPRET=1)"),
-]
+pytestmark = KERNEL_MARKS
 
 # (sequence, position) per row, in the scheduler's order: decode rows, the rows that end a
 # prompt, then each prompt's other rows in order. Runs of 37 and 100 rows start and end off the
@@ -39,7 +29,7 @@ _MIXED = (
 def _case(
     rows: list[tuple[int, int]], heads: int, kv_heads: int, head_dim: int, width: int
 ) -> tuple[PagedKV, PagedKV, "torch.Tensor", Layout]:
-    device = torch.device(_device() or "cpu")
+    device = torch.device(kernel_device() or "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     block_size = 16
     sequences = sorted({sequence for sequence, _ in rows})
