@@ -138,40 +138,6 @@ def test_paged_decode_kernel_sees_a_changed_key() -> None:
     torch.testing.assert_close(changed[0], before[0], atol=0, rtol=0)
 
 
-# KV write -------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("batch", "length"), [(1, 1), (64, 1), (3, 17)])
-def test_kv_write_kernel_puts_keys_and_values_where_the_index_copies_do(
-    batch: int, length: int
-) -> None:
-    """A step's keys and values through the kernel (values a strided slice of one stacked
-    product, as the model's are) land in the slots the CPU's index copies put them in, and
-    every other slot keeps what it held."""
-    kv_heads, head_dim, block_size, blocks = 2, 128, 16, 64
-    generator = torch.Generator().manual_seed(batch * 100 + length)
-    caches = [
-        PagedKV(blocks, block_size, kv_heads, head_dim, torch.bfloat16, torch.device(device))
-        for device in ("cpu", "cuda")
-    ]
-    for name in ("k", "v"):
-        values = torch.randn(blocks, block_size, kv_heads, head_dim, generator=generator)
-        for cache in caches:
-            getattr(cache, name).copy_(values.to(torch.bfloat16))
-    width = kv_heads * head_dim
-    slots = torch.randperm(blocks * block_size, generator=generator)[: batch * length]
-    stacked = torch.randn(batch, length, 3 * width, generator=generator).to(torch.bfloat16)
-    for cache in caches:
-        device = cache.k.device
-        rows = stacked.to(device)
-        k = rows[..., width : 2 * width].reshape(batch, length, kv_heads, head_dim)
-        v = rows[..., 2 * width :].reshape(batch, length, kv_heads, head_dim)
-        assert batch * length == 1 or not v.is_contiguous()  # one token: any strides will do
-        cache.write(slots.view(batch, length).to(device), k, v)
-    torch.testing.assert_close(caches[1].k.cpu(), caches[0].k, atol=0, rtol=0)
-    torch.testing.assert_close(caches[1].v.cpu(), caches[0].v, atol=0, rtol=0)
-
-
 # Peer all-reduce and fused GEMV + all-reduce (one process per GPU) ---------------------------
 
 

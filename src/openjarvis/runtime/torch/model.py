@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from openjarvis.runtime.torch.paged import Layout, PagedKV, row_joins, uses_decode_kernel
+from openjarvis.runtime.torch.qkv import rms_norm
 
 __all__ = [
     "PRESETS",
@@ -279,8 +280,8 @@ class Transformer(nn.Module):
             sliding = causal
             if config.sliding_window is not None:
                 sliding = layout.masks(self.block_size, config.sliding_window)
-        rope_global = (self.rope_cos[positions], self.rope_sin[positions])  # [B, T, hd]
-        rope_local = (self.rope_local_cos[positions], self.rope_local_sin[positions])
+        rope_global = (self.rope_cos, self.rope_sin)  # [max_seq_len, hd] each
+        rope_local = (self.rope_local_cos, self.rope_local_sin)
         for i, layer in enumerate(self.layers):
             is_sliding = config.is_sliding(i)
             mask = sliding if is_sliding else causal
@@ -359,16 +360,18 @@ class Attention(nn.Module):
     ) -> Tensor:
         assert self.kv_cache is not None, "call setup_caches() first"
         batch, length, _ = x.shape  # [B, T, dim]
-        heads, kv_heads, head_dim = self.n_heads, self.n_kv_heads, self.head_dim
-        q, k, v = self.wqkv(x).split(
-            (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), -1
-        )
+        heads, head_dim = self.n_heads, self.head_dim
+        qkv = self.wqkv(x).view(batch * length, -1)
+        q_norm, k_norm = self.q_norm, self.k_norm
+        norms: tuple[Tensor | None, Tensor | None] = (None, None)
+        if isinstance(q_norm, RMSNorm) and isinstance(k_norm, RMSNorm):
+            norms = (q_norm.weight, k_norm.weight)
+        cache, config = self.kv_cache, self.config
+        q = torch.ops.openjarvis.rope_write_kv(
+            qkv, layout.positions.reshape(-1), *rope, *norms, config.norm_eps,
+            config.norm_weight_offset, layout.slots.reshape(-1), cache.k, cache.v, heads,
+        )  # fmt: skip
         q = q.view(batch, length, heads, head_dim)
-        k = k.view(batch, length, kv_heads, head_dim)
-        v = v.view(batch, length, kv_heads, head_dim)
-        q, k = self.q_norm(q), self.k_norm(k)
-        q, k = _apply_rope(q, rope), _apply_rope(k, rope)
-        self.kv_cache.write(layout.slots, k, v)
         softcap = self.config.attn_logit_softcap
         y = self.kv_cache.attend(q, layout, mask, window, self.scale, softcap)  # [B, T, h, hd]
         # Under tensor parallelism wo is row-parallel and sums its partial products itself.
@@ -403,18 +406,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim) if weight_offset == 0.0 else torch.zeros(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        # Four kernels where the formula written out took ten (torch fuses rms_norm on a GPU,
-        # and the products take the weight's own dtype): an eager step runs ~110 norms.
-        normed = F.rms_norm(x.float(), (x.size(-1),), eps=self.eps)
-        if self.weight_offset:  # normed * (1 + w), one kernel
-            return torch.addcmul(normed, normed, self.weight).to(x.dtype)
-        return (normed * self.weight).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps, self.weight_offset)
 
 
 def _rope_table(
     config: ModelConfig, base: float, scaling: dict[str, float | str] | None
 ) -> tuple[Tensor, Tensor]:
-    """cos and sin of position x frequency, laid out for `_apply_rope`: [max_seq_len, head_dim]
+    """cos and sin of position x frequency, laid out for `qkv.apply_rope`: [max_seq_len, head_dim]
     each, float32, the cosines twice over and the sines negated then as they are."""
     half = config.head_dim // 2
     inv_freq = 1.0 / (base ** (torch.arange(half, dtype=torch.float64) * 2 / config.head_dim))
@@ -445,16 +443,6 @@ def _llama3_frequencies(inv_freq: Tensor, scaling: dict[str, float | str]) -> Te
     slowed = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
     in_band = (wavelength <= original / low) & (wavelength >= original / high)
     return torch.where(in_band, blended, slowed)
-
-
-def _apply_rope(x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-    """Rotate the two halves of each head (the Hugging Face layout), in float32: the first half
-    becomes first * cos - second * sin, the second second * cos + first * sin. x: [B, T, heads,
-    hd]; four kernels (the products take x in its own dtype), where the halves apart took nine."""
-    cos, sin = (t[:, :, None, :] for t in rope)  # [B, T, 1, hd]
-    first, second = x.chunk(2, dim=-1)
-    swapped = torch.cat((second, first), dim=-1)
-    return torch.addcmul(x * cos, swapped, sin).to(x.dtype)
 
 
 def _unchanged(x: Tensor) -> Tensor:

@@ -82,28 +82,6 @@ class Layout:
         return visible
 
 
-@torch.library.custom_op("openjarvis::write_kv", mutates_args=("k_cache", "v_cache"))
-def _write_kv(k_cache: Tensor, v_cache: Tensor, slots: Tensor, k: Tensor, v: Tensor) -> None:
-    """An operator that writes in place, opaque to torch.compile: as a plain indexed copy in
-    the compiled step, one sequence decoded at 50.5 instead of 139.9 tok/s on the H200
-    (docs/benchmarks.md), as if the whole cache were copied every step."""
-    flat = slots.reshape(-1)
-    width = k.shape[-2] * k.shape[-1]  # a token's keys (or values), all its heads
-    if k_cache.is_cuda:  # both in one launch (a Triton kernel)
-        from openjarvis.kernels.kv_write import write_kv
-
-        k_rows, v_rows = k.reshape(-1, width), v.reshape(-1, width)
-        write_kv(k_cache.view(-1, width), v_cache.view(-1, width), flat, k_rows, v_rows)
-        return
-    k_cache.view(-1, width).index_copy_(0, flat, k.reshape(-1, width))
-    v_cache.view(-1, width).index_copy_(0, flat, v.reshape(-1, width))
-
-
-@_write_kv.register_fake
-def _(k_cache: Tensor, *_: object) -> None:
-    return None
-
-
 class PagedKV(nn.Module):
     """One layer's keys and values: [blocks, block_size, kv_heads, head_dim] each."""
 
@@ -124,10 +102,6 @@ class PagedKV(nn.Module):
         shape = (blocks, block_size, n_kv_heads, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device))
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device))
-
-    def write(self, slots: Tensor, k: Tensor, v: Tensor) -> None:
-        """k, v: [B, T, kv_heads, head_dim] into their slots ([B, T])."""
-        torch.ops.openjarvis.write_kv(self.k, self.v, slots, k, v)
 
     def attend(
         self,
