@@ -362,6 +362,8 @@ class Attention(nn.Module):
         batch, length, _ = x.shape  # [B, T, dim]
         heads, head_dim = self.n_heads, self.head_dim
         qkv = self.wqkv(x).view(batch * length, -1)
+        # One operator norms q and k (with the norm modules' weights), rotates both, writes k
+        # and v to the cache and returns q (qkv.py: one kernel on the GPU).
         q_norm, k_norm = self.q_norm, self.k_norm
         norms: tuple[Tensor | None, Tensor | None] = (None, None)
         if isinstance(q_norm, RMSNorm) and isinstance(k_norm, RMSNorm):
