@@ -18,26 +18,13 @@ import json
 import torch
 import torch.nn.functional as F
 from attention_rows import step_ms
+from torch_step import layer_products
 
 from openjarvis.kernels.experimental.skinny_mm import SkinnyConfig, skinny_mm, workspace_for
 from openjarvis.runtime.torch.decode_roofline import measure_device_bandwidth
 from openjarvis.runtime.torch.model import config_for
 
 __all__ = ["main"]
-
-
-def shapes(preset: str) -> dict[str, tuple[int, int]]:
-    """(K, N) of each product of a layer, and of the output head."""
-    config = config_for(preset)
-    heads = config.n_heads * config.head_dim
-    kv = config.n_kv_heads * config.head_dim
-    return {
-        "wqkv": (config.dim, heads + 2 * kv),
-        "wo": (heads, config.dim),
-        "w13": (config.dim, 2 * config.intermediate_size),
-        "w2": (config.intermediate_size, config.dim),
-        "output": (config.dim, config.vocab_size),
-    }
 
 
 def configs() -> list[SkinnyConfig]:
@@ -101,7 +88,7 @@ def main() -> None:
         json.dumps({"copy_bandwidth_tb_s": bandwidth / 1e12, "gpu": torch.cuda.get_device_name()})
     )
     for name in args.products.split(","):
-        k, n = shapes(args.preset)[name]
+        k, n = layer_products(config_for(args.preset))[name]
         layers = args.layers if name != "output" else 4
         weights = [torch.randn(n, k, device=device, dtype=torch.bfloat16) for _ in range(layers)]
         for m in (int(r) for r in args.rows.split(",")):

@@ -203,21 +203,26 @@ def kernel_table(runner: object, inputs: object, steps: int) -> tuple[float, lis
     return calls_kernels(lambda: runner.run(inputs), steps, top=14)  # type: ignore[attr-defined]
 
 
-def gemm_bandwidth(config: object, batch: int, bandwidth: float) -> list[dict]:
-    """torch.mm at M = batch on each weight shape of a layer, as the model runs them (q, k and
-    v stacked in wqkv, gate and up in w13): achieved share of the copy bandwidth."""
+def layer_products(config: object) -> dict[str, tuple[int, int]]:
+    """(K, N) of each weight product of a layer as the model runs them (q, k and v stacked in
+    wqkv, gate and up in w13), and of the output head."""
     dim, hidden = config.dim, config.intermediate_size  # type: ignore[attr-defined]
     heads = config.n_heads * config.head_dim  # type: ignore[attr-defined]
     kv = config.n_kv_heads * config.head_dim  # type: ignore[attr-defined]
-    shapes = {
+    return {
         "wqkv": (dim, heads + 2 * kv),
         "wo": (heads, dim),
         "w13": (dim, 2 * hidden),
         "w2": (hidden, dim),
         "output": (dim, config.vocab_size),  # type: ignore[attr-defined]
     }
+
+
+def gemm_bandwidth(config: object, batch: int, bandwidth: float) -> list[dict]:
+    """torch.mm at M = batch on each of `layer_products`: achieved share of the copy
+    bandwidth."""
     rows = []
-    for name, (k, n) in shapes.items():
+    for name, (k, n) in layer_products(config).items():
         weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         x = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
         for _ in range(5):

@@ -11,6 +11,8 @@ CUTLASS's and Triton's split-K tutorials); benchmarks/skinny_products.py times i
 cuBLAS. Experimental: the engine does not call it.
 """
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -81,17 +83,23 @@ def _skinny_mm_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: trito
             tl.atomic_xchg(counters + tile, 0)
 
 
+@dataclass(frozen=True, slots=True)
 class SkinnyConfig:
     """One launch shape: features a program, reduction step, slices, warps, pipeline stages."""
 
-    __slots__ = ("block_k", "block_n", "split_k", "stages", "warps")
+    block_n: int
+    block_k: int
+    split_k: int
+    warps: int
+    stages: int
 
-    def __init__(self, block_n: int, block_k: int, split_k: int, warps: int, stages: int) -> None:
-        self.block_n, self.block_k, self.split_k = block_n, block_k, split_k
-        self.warps, self.stages = warps, stages
-
-    def __repr__(self) -> str:
+    def __str__(self) -> str:
         return f"n{self.block_n}/k{self.block_k}/split{self.split_k}/w{self.warps}/s{self.stages}"
+
+
+def _block_m(m: int) -> int:
+    """Rows a program's tile holds: tl.dot's least 16, else m to a power of two."""
+    return max(16, triton.next_power_of_2(m))
 
 
 def skinny_mm(
@@ -102,7 +110,7 @@ def skinny_mm(
     m, k = x.shape
     n = w.size(0)
     assert m <= 64 and w.size(1) == k and x.stride(1) == w.stride(1) == 1
-    block_m = max(16, triton.next_power_of_2(m))
+    block_m = _block_m(m)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     tiles = triton.cdiv(n, config.block_n)
     if config.split_k > 1:
@@ -123,7 +131,6 @@ def workspace_for(
     m: int, n: int, config: SkinnyConfig, device: torch.device
 ) -> tuple[Tensor, Tensor]:
     """The float32 partials and the zeroed per-tile counters one product of this shape needs."""
-    block_m = max(16, triton.next_power_of_2(m))
-    partials = torch.empty(config.split_k, block_m, n, dtype=torch.float32, device=device)
+    partials = torch.empty(config.split_k, _block_m(m), n, dtype=torch.float32, device=device)
     counters = torch.zeros(triton.cdiv(n, config.block_n), dtype=torch.int32, device=device)
     return partials, counters

@@ -74,7 +74,18 @@ def rope_write_kv(
 
 
 @rope_write_kv.register_fake
-def _(qkv: Tensor, *args: object) -> Tensor:
-    k_cache, heads = args[8], args[10]
-    assert isinstance(k_cache, Tensor) and isinstance(heads, int)
+def _(
+    qkv: Tensor,
+    positions: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    q_weight: Tensor | None,
+    k_weight: Tensor | None,
+    eps: float,
+    weight_offset: float,
+    slots: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    heads: int,
+) -> Tensor:
     return qkv.new_empty(qkv.size(0), heads, k_cache.size(-1))
