@@ -110,6 +110,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument(
+        "--no-one-row",
+        action="store_true",
+        help="one-row steps by the compiled step, not the kernel",
+    )
+    parser.add_argument(
         "--max-seq-len",
         type=int,
         help="the engine's context (default: prompt + tokens + 16; ipw measure's is 4096)",
@@ -138,6 +143,7 @@ def main() -> None:
         max_seq_len=args.max_seq_len or args.prompt + args.tokens + 16,
         concurrency=max(batches),
         compile=not args.no_compile,
+        one_row_kernel=not args.no_one_row,
         compile_mode=args.compile_mode,
         decode_prompt_rows=args.prompt_rows,
         # torch_step.py's parts time the runner itself, which only an in-process core has:
@@ -147,6 +153,7 @@ def main() -> None:
     started = time.monotonic()
     engine = TorchEngine(args.preset, settings)
     load_s = time.monotonic() - started
+    print(f"one-row kernel: {engine.settings_dict()['one_row_kernel_state']}")
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
     bandwidth = engine.bandwidth_bytes_per_s

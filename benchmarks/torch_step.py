@@ -288,6 +288,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument(
+        "--no-one-row",
+        action="store_true",
+        help="one-row steps by the compiled step, not the kernel",
+    )
+    parser.add_argument(
         "--prompt-rows", type=int, default=0, help="prompt rows of one query beside each batch"
     )
     parser.add_argument("--prefill", help="prefill lengths (one sequence) instead of decode")
@@ -302,6 +307,7 @@ def main() -> None:
         max_seq_len=args.max_seq_len or args.context + 64,
         concurrency=max(batches),
         compile=not args.no_compile,
+        one_row_kernel=not args.no_one_row,
         engine_process=False,  # the steps run from this process's runner
         decode_prompt_rows=args.prompt_rows or None,  # None: the engine's own default
     )
@@ -309,7 +315,8 @@ def main() -> None:
     engine = TorchEngine(args.preset, settings)
     load_s = time.monotonic() - started
     buckets = sorted(engine._core.runner.graphs)  # type: ignore[union-attr]
-    print(f"{args.preset}: engine up in {load_s:.1f} s (buckets {buckets})")
+    state = engine.settings_dict()["one_row_kernel_state"]
+    print(f"{args.preset}: engine up in {load_s:.1f} s (buckets {buckets}; one-row kernel {state})")
     if args.prefill:
         lengths = [int(n) for n in args.prefill.split(",")]
         prefill_diagnose(engine, lengths, args.cached, args.steps)

@@ -55,6 +55,10 @@ class TorchSettings:
     # One token's attention-out and MLP-down products fused with their all-reduce (our peer
     # kernel): "auto" where timed faster at start-up, per shape; needs the peer all-reduce.
     fused_gemv: FusedGemvChoice = "auto"
+    # Decode steps of one row through the fused layer kernel (kernels/decode_layer.py, five
+    # launches a layer) where the model fits it (GPU, one process): a small model's
+    # one-sequence step is otherwise hundreds of kernels each too short to fill the GPU.
+    one_row_kernel: bool = True
     seed: int = 0  # random-weights mode only
     # Run the engine's core (scheduler, step loop, rank 0's model) in a process of its own, so
     # that the step loop has an interpreter to itself. None: on the GPU, where the host's pace

@@ -36,6 +36,7 @@ class CoreInfo:
     prefill_graphs: int
     all_reduce_table: dict[str, str] | None
     fused_gemv_table: dict[str, str] | None
+    one_row_kernel: str  # "on: ...", or "off: " and why
 
 
 class EngineCore:
@@ -79,6 +80,7 @@ class EngineCore:
             prefill_graphs=len(runner.prefill_graphs),
             all_reduce_table=runner.all_reduce_table,
             fused_gemv_table=runner.fused_gemv_table,
+            one_row_kernel=runner.one_row_note,
         )
 
     @property

@@ -108,6 +108,7 @@ class TorchEngine:
             "prefill_graphs": self._info.prefill_graphs,
             "all_reduce_table": self._info.all_reduce_table,
             "fused_gemv_table": self._info.fused_gemv_table,
+            "one_row_kernel_state": self._info.one_row_kernel,
             "memory_bandwidth_gb_per_s": self.bandwidth_bytes_per_s / 1e9
             if self.bandwidth_bytes_per_s is not None
             else None,

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # types only; the kernels need Triton, imported when tensor p
     from torch.cuda import _POOL_HANDLE
 
     from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
+    from openjarvis.runtime.torch.one_row import OneRowStep
 
 __all__ = [
     "BLOCK_SIZE",
@@ -257,6 +258,9 @@ class Runner:
         self.blocks = self._cache_blocks(settings.concurrency, config.max_seq_len, dtype)
         self.model.setup_caches(self.blocks, BLOCK_SIZE, dtype)
         self.table_width = -(-config.max_seq_len // BLOCK_SIZE)
+        # One-row decode steps: the fused layer kernel where the model fits it.
+        self.one_row: OneRowStep | None = None
+        self.one_row_note = self._one_row_step(settings.one_row_kernel and cuda)
         # A decode step's body: the layers and the final norm, compiled on the GPU.
         self.body: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = self._last_hidden
         if settings.compile:
@@ -340,6 +344,19 @@ class Runner:
             self.decode_gemvs.for_shape if self.decode_gemvs else None,
         )
 
+    def _one_row_step(self, wanted: bool) -> str:
+        """Set up the one-row kernels where `wanted` and the model fits them; what was done."""
+        if not wanted:
+            return "off: not asked for, or not on a GPU"
+        from openjarvis.runtime.torch.one_row import OneRowStep, supported  # needs Triton
+
+        reason = supported(self.model)
+        if reason is not None:
+            return f"off: {reason}"
+        programs = torch.cuda.get_device_properties(self.device).multi_processor_count
+        self.one_row = OneRowStep(self.model, programs)
+        return f"on: {programs} programs a launch"
+
     def _cache_blocks(self, concurrency: int, max_seq_len: int, dtype: torch.dtype) -> int:
         """Blocks for concurrency full-length sequences, or what fits in the free memory (the
         GPU's, or the machine's on the CPU); the same on every rank (the smallest), since every
@@ -417,7 +434,10 @@ class Runner:
         return self.model.head(hidden[: self.concurrency]).float()
 
     def _decode(self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor) -> Tensor:
-        """A decode step: the (compiled) body, then the head on the rows that may sample."""
+        """A decode step: the (compiled) body, or the one-row kernels for one row, then the
+        head on the rows that may sample."""
+        if self.one_row is not None and tokens.size(0) == 1:
+            return self._logits(self.one_row(tokens, positions, slots, tables))
         return self._logits(self.body(tokens, positions, slots, tables))
 
     def _prefill(self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor) -> Tensor:

@@ -1,0 +1,72 @@
+"""Where a one-row decode step's time goes in the persistent layer kernel
+(kernels/decode_layer.py): the step as the engine runs it (one launch a layer), as five
+launches a layer, and each phase alone (18 launches of it for Gemma 3 270M), all replayed from
+CUDA graphs, against the step's bytes over the copy bandwidth. Random bf16 weights of a
+preset's shape, `--context` positions cached.
+
+`PYTHONPATH=src python3 benchmarks/one_row_phases.py --preset gemma-3-270m --context 400`
+"""
+
+import argparse
+import json
+
+import torch
+from persistent_probe import graph_ms  # this folder is on the path
+
+__all__ = ["main"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--preset", default="gemma-3-270m")
+    parser.add_argument("--context", type=int, default=400)
+    args = parser.parse_args()
+    from openjarvis.kernels.decode_layer import PHASES
+    from openjarvis.runtime.torch.decode_roofline import DecodeRoofline, device_bandwidth
+    from openjarvis.runtime.torch.model import Transformer, config_for
+    from openjarvis.runtime.torch.one_row import OneRowStep
+    from openjarvis.runtime.torch.paged import Layout
+
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    torch.manual_seed(0)
+    config = config_for(args.preset)
+    with device:
+        model = Transformer(config).to(dtype)
+    model.init_buffers()
+    block_size = 16
+    width = -(-(args.context + 1) // block_size)
+    model.setup_caches(width + 1, block_size, dtype)
+    table = torch.arange(1, width + 1, dtype=torch.int32, device=device).view(1, -1)
+    positions = torch.arange(args.context + 1, device=device).view(1, -1)
+    slots = table[0, positions // block_size].long() * block_size + positions % block_size
+    tokens = torch.randint(0, config.vocab_size, (1, args.context + 1), device=device)
+    with torch.inference_mode():
+        cached = args.context
+        model(tokens[:, :cached], Layout(positions[:, :cached], slots[:, :cached], table))
+        step = (tokens[:, cached:], positions[:, cached:], slots[:, cached:], table)
+        programs = torch.cuda.get_device_properties(device).multi_processor_count
+        results: dict[str, object] = {"preset": args.preset, "context": args.context}
+        layers = {
+            "one_launch": (0,),
+            "five_launches": tuple(range(1, PHASES + 1)),
+            **{f"phase_{p}_alone": (p,) for p in range(1, PHASES + 1)},
+        }
+        for name, phases in layers.items():
+            one_row = OneRowStep(model, programs, phases=phases)
+            results[f"{name}_ms"] = round(graph_ms(lambda o=one_row: o(*step), 300), 4)
+        head = model.output.weight
+        row = torch.randn(1, config.dim, device=device, dtype=dtype)
+        results["head_ms"] = round(graph_ms(lambda: torch.nn.functional.linear(row, head), 300), 4)
+    # The step's bytes (weights, the cached keys and values) at the copy bandwidth.
+    bandwidth = device_bandwidth(device)
+    assert bandwidth is not None
+    bytes_read = DecodeRoofline(config, "bfloat16")
+    step_bytes = bytes_read.weight_bytes() + bytes_read.kv_bytes(args.context + 1)
+    roofline = step_bytes / bandwidth.bytes_per_s * 1e3
+    results["roofline_ms"] = round(roofline, 4)
+    results["share_one_launch"] = round(roofline / results["one_launch_ms"], 3)  # type: ignore[operator]
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,493 @@
+"""A whole decoder layer for one row (a one-sequence decode step) in five fused phases, run as
+five launches or as one persistent launch: one program per multiprocessor either way, with a
+grid-wide barrier between the phases in the persistent one.
+
+A small model's step at one row is hundreds of kernels each far too short to fill the GPU: the
+embedded Gemma 3 270M took 0.74 ms a step on an H200 against 0.13 ms of bytes, its four products
+a layer 3.7-4.9 us each for 1-5 MB (docs/benchmarks.md). Here a layer is five phases:
+
+  A  residual add of the last layer's down output (after its post norm, Gemma), the attention
+     norm, the q/k/v product;
+  B  attention over the paged cache, the keys split over the programs (flash-decoding): each
+     part norms and rotates its queries itself, the part with the newest position norms and
+     rotates the new key, scores it from registers and writes it and the value to the cache;
+     the last part of a KV head to finish (an atomic count) combines the parts;
+  C  the attention-out product;
+  D  residual add (after the post-attention norm, Gemma), the MLP norm, gate and up with the
+     activation of one times the other;
+  E  the down product, left for the next layer's A (or the caller) to add.
+
+Every program recomputes a phase's norms from the whole row (a few KB from L2) instead of
+waiting for one program to; program 0 writes the residual. Between phases a barrier: each
+program adds one to the layer's counter and polls until all have. Before it waits, a program
+loads its next weight tile (weights do not depend on the phase before), so the wait hides the
+load. Data written inside the launch is read with `.cg` loads (L2, not a stale L1 line). The
+programs must all be resident at once: one per multiprocessor, each fits alone.
+
+The roundings are the model's: each value the eager model keeps in the model's dtype is rounded
+to it here too. `PHASE` > 0 runs one phase only (the barriers left out): the same code as five
+launches, which the tests also run under Triton's interpreter (it runs programs one after
+another, so a barrier would wait forever there).
+
+Measured on an H200 (benchmarks/one_row_phases.py, the embedded shape's 18 layers at 400
+positions): 0.474 ms as five launches a layer against 0.542 as one persistent launch, so the
+engine launches the phases (runtime/torch/one_row.py); attention is the longest phase (0.199 ms
+of 18 launches alone). The probe before (benchmarks/persistent_probe.py: the products alone,
+0.198 ms persistent against 0.367 as cuBLASLt launches and 0.231 as plain Triton GEMV launches;
+a barrier 0.92 us) promised more from the persistent launch than the whole layer kept.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+__all__ = ["PHASES", "DecodeScratch", "LayerTensors", "decode_layer", "supports"]
+
+PHASES = 5
+
+
+@triton.jit
+def _round(x, like):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    """float32 values rounded to the dtype `like` points to, and back: a value the eager model
+    keeps in its dtype."""
+    return x.to(like.dtype.element_ty).to(tl.float32)
+
+
+@triton.jit
+def _barrier(bar, target):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    """Wait until `target` arrivals at the counter `bar`, after adding this program's."""
+    tl.debug_barrier()  # every thread's stores before the arrival (released with it)
+    tl.atomic_add(bar, 1, sem="release", scope="gpu")
+    count = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
+    while count < target:
+        count = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _vector(ptr, K: tl.constexpr, KP: tl.constexpr):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    """ptr[0:K] in float32, [KP] (zeros past K), read from L2 (written in this launch)."""
+    k = tl.arange(0, KP)
+    return tl.load(ptr + k, mask=k < K, other=0.0, cache_modifier=".cg").to(tl.float32)
+
+
+@triton.jit
+def _tile(w, t, N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    """Rows t * BLOCK_N ... of the weight w [N, K]: [BLOCK_N, KP], zeros outside."""
+    n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, KP)
+    mask = (n < N)[:, None] & (k < K)[None, :]
+    return tl.load(w + n[:, None] * K + k[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _residual_norm(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    x_ptr, pending_ptr, post_ptr, pre_ptr, eps,
+    DIM: tl.constexpr, DIM_P: tl.constexpr, HAS_PENDING: tl.constexpr, POST_NORM: tl.constexpr,
+    OFFSET: tl.constexpr,
+):  # fmt: skip
+    """The residual x + post_norm(pending) and its pre norm, float32 [DIM_P] each."""
+    k = tl.arange(0, DIM_P)
+    inside = k < DIM
+    value = _vector(x_ptr, DIM, DIM_P)
+    if HAS_PENDING:
+        extra = _vector(pending_ptr, DIM, DIM_P)
+        if POST_NORM:
+            rstd = tl.rsqrt(tl.sum(extra * extra, axis=0) / DIM + eps)
+            weight = tl.load(post_ptr + k, mask=inside, other=0.0).to(tl.float32)
+            extra = _round(extra * rstd * (OFFSET + weight), x_ptr)
+        value = _round(value + extra, x_ptr)
+    rstd = tl.rsqrt(tl.sum(value * value, axis=0) / DIM + eps)
+    weight = tl.load(pre_ptr + k, mask=inside, other=0.0).to(tl.float32)
+    return value, _round(value * rstd * (OFFSET + weight), x_ptr)
+
+
+@triton.jit
+def _products(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    w, row, out, first, first_up, pid, P,
+    N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr, GLU: tl.constexpr,
+):  # fmt: skip
+    """out[N] = w @ row, the program's tiles (the first preloaded); with GLU (1 silu, 2 gelu
+    tanh) w is [gate; up] ([2 N, K]) and out act(gate) * up."""
+    tiles = tl.cdiv(N, BLOCK_N)
+    for t in range(pid, tiles, P):
+        if t == pid:
+            tile, up_tile = first, first_up
+        else:
+            tile = _tile(w, t, N, K, KP, BLOCK_N)
+            up_tile = tile
+            if GLU != 0:
+                up_tile = _tile(w + N * K, t, N, K, KP, BLOCK_N)
+        result = tl.sum(tile.to(tl.float32) * row[None, :], axis=1)
+        if GLU != 0:
+            gate = _round(result, out)
+            up = _round(tl.sum(up_tile.to(tl.float32) * row[None, :], axis=1), out)
+            if GLU == 1:
+                active = gate * tl.sigmoid(gate)
+            else:  # tanh-approximated gelu: 0.5 (1 + tanh(z)) is sigmoid(2 z)
+                z = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)  # sqrt(2 / pi)
+                active = gate * tl.sigmoid(2.0 * z)
+            result = _round(active, out) * up
+        n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(out + n, result.to(out.dtype.element_ty), mask=n < N)
+
+
+@triton.jit
+def _plain_products(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    w, row_ptr, out, bar, target, pid, P,
+    N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr, WAIT: tl.constexpr,
+):  # fmt: skip
+    """out = w @ row (a vector written by the phase before): the first tile loaded, then the
+    barrier (WAIT), then the row and the products."""
+    first = _tile(w, pid, N, K, KP, BLOCK_N)
+    if WAIT:
+        _barrier(bar, target)
+    row = _vector(row_ptr, K, KP)
+    _products(w, row, out, first, first, pid, P, N, K, KP, BLOCK_N, 0)
+
+
+@triton.jit
+def _head_rows(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    qkv, first_head, count, weight_ptr, cos, sin, eps,
+    ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, NORM: tl.constexpr, OFFSET: tl.constexpr,
+):  # fmt: skip
+    """Heads first_head .. first_head + count - 1 of the q/k/v row, normed (NORM) and rotated,
+    rounded to the model's dtype: float32 [ROWS, HEAD_DIM], zeros past `count`. cos and sin:
+    the position's RoPE rows ([HEAD_DIM], the rotation's signs folded in)."""
+    head = tl.arange(0, ROWS)[:, None]
+    column = tl.arange(0, HEAD_DIM)[None, :]
+    partner = (column + HEAD_DIM // 2) % HEAD_DIM
+    inside = (head < count) & (column < HEAD_DIM)
+    base = qkv + (first_head + head) * HEAD_DIM
+    x = tl.load(base + column, mask=inside, other=0.0, cache_modifier=".cg").to(tl.float32)
+    swapped = tl.load(base + partner, mask=inside, other=0.0, cache_modifier=".cg")
+    swapped = swapped.to(tl.float32)
+    if NORM:
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
+        weight = tl.load(weight_ptr + column).to(tl.float32)
+        weight_swapped = tl.load(weight_ptr + partner).to(tl.float32)
+        x = _round(x * rstd * (OFFSET + weight), qkv)
+        swapped = _round(swapped * rstd * (OFFSET + weight_swapped), qkv)
+    return _round(x * cos[None, :] + swapped * sin[None, :], qkv)
+
+
+@triton.jit
+def _kv_tile(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    table, k_cache, v_cache, start, bound, kv_head,
+    KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr,
+):  # fmt: skip
+    """Keys and values at positions start .. start + TILE - 1 below `bound`, through the
+    table: [TILE, HEAD_DIM] each, zeros past `bound`."""
+    keys = start + tl.arange(0, TILE)
+    seen = keys < bound
+    block = tl.load(table + keys // BLOCK, mask=seen, other=0).to(tl.int64)
+    where = ((block * BLOCK + keys % BLOCK) * KV_HEADS + kv_head) * HEAD_DIM
+    where = where[:, None] + tl.arange(0, HEAD_DIM)[None, :]
+    k = tl.load(k_cache + where, mask=seen[:, None], other=0.0)
+    v = tl.load(v_cache + where, mask=seen[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def _attention(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    qkv, position, slot_ptr, table, k_cache, v_cache, cos_ptr, sin_ptr, q_norm, k_norm,
+    best_ptr, total_ptr, acc_ptr, arrivals, attended, scale, eps, window, pid, bar, target,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, QUERIES: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr, SPLITS: tl.constexpr,
+    NORM: tl.constexpr, OFFSET: tl.constexpr, WAIT: tl.constexpr,
+):  # fmt: skip
+    """Phase B: the row's attention, program i the part i % SPLITS of KV head i // SPLITS
+    (parts of whole tiles, as many as the keys need). Its first tile of cached keys and values
+    is loaded before the barrier (WAIT): they do not depend on the phase before."""
+    context = position + 1  # the newest key (this row's) is at `position`
+    first = tl.where(window > 0, tl.maximum(context - window, 0), 0)
+    part = tl.cdiv(tl.cdiv(context - first, SPLITS), TILE) * TILE
+    used = tl.cdiv(context - first, part)
+    kv_head = pid // SPLITS
+    split = pid % SPLITS
+    low = first + split * part
+    high = tl.minimum(low + part, context)
+    bound = tl.minimum(high, position)  # the cached keys; the newest is not in the cache yet
+    k_first, v_first = _kv_tile(
+        table, k_cache, v_cache, low, bound, kv_head, KV_HEADS, HEAD_DIM, BLOCK, TILE
+    )
+    if WAIT:
+        _barrier(bar, target)
+    works = (kv_head < KV_HEADS) & (split < used)
+    if works:
+        dims = tl.arange(0, HEAD_DIM)
+        queries = tl.arange(0, QUERIES)
+        cos = tl.load(cos_ptr + position * HEAD_DIM + dims)
+        sin = tl.load(sin_ptr + position * HEAD_DIM + dims)
+        q = _head_rows(
+            qkv, kv_head * GROUP, GROUP, q_norm, cos, sin, eps, QUERIES, HEAD_DIM, NORM, OFFSET
+        )
+        q = _round(q * scale, qkv).to(k_cache.dtype.element_ty)
+        best = tl.full([QUERIES], float("-inf"), tl.float32)
+        total = tl.zeros([QUERIES], tl.float32)
+        acc = tl.zeros([QUERIES, HEAD_DIM], tl.float32)
+        for start in range(low, bound, TILE):
+            if start == low:
+                k, v = k_first, v_first
+            else:
+                k, v = _kv_tile(
+                    table, k_cache, v_cache, start, bound, kv_head, KV_HEADS, HEAD_DIM, BLOCK,
+                    TILE,
+                )  # fmt: skip
+            seen = (start + tl.arange(0, TILE)) < bound
+            scores = tl.dot(q, tl.trans(k))  # [QUERIES, TILE] float32
+            scores = tl.where(seen[None, :], scores, float("-inf"))
+            new_best = tl.maximum(best, tl.max(scores, axis=1))
+            rescale = tl.exp(best - new_best)
+            p = tl.exp(scores - new_best[:, None])
+            total = total * rescale + tl.sum(p, axis=1)
+            acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
+            best = new_best
+        if high == context:  # the newest key, from this step's q/k/v row
+            key = _head_rows(
+                qkv, HEADS + kv_head, 1, k_norm, cos, sin, eps, 1, HEAD_DIM, NORM, OFFSET
+            )
+            value_row = qkv + (HEADS + KV_HEADS + kv_head) * HEAD_DIM
+            value = tl.load(value_row + dims, cache_modifier=".cg").to(tl.float32)
+            slot = tl.load(slot_ptr).to(tl.int64)
+            place = (slot * KV_HEADS + kv_head) * HEAD_DIM + dims
+            tl.store(k_cache + place[None, :], key.to(k_cache.dtype.element_ty))
+            tl.store(v_cache + place, value.to(v_cache.dtype.element_ty))
+            score = tl.sum(q.to(tl.float32) * key, axis=1)  # [QUERIES]
+            new_best = tl.maximum(best, score)
+            rescale = tl.exp(best - new_best)
+            p = tl.exp(score - new_best)
+            total = total * rescale + p
+            acc = acc * rescale[:, None] + _round(p, v_cache)[:, None] * value[None, :]
+            best = new_best
+        real = queries < GROUP  # the group's heads; the rest pad tl.dot's rows
+        rows = (kv_head * SPLITS + split) * GROUP + queries
+        tl.store(best_ptr + rows, best, mask=real)
+        tl.store(total_ptr + rows, total, mask=real)
+        tl.store(acc_ptr + rows[:, None] * HEAD_DIM + dims[None, :], acc, mask=real[:, None])
+        # The last part of this KV head to arrive combines them (the count starts at 0).
+        tl.debug_barrier()
+        arrived = tl.atomic_add(arrivals + kv_head, 1, sem="acq_rel", scope="gpu")
+        if arrived == used - 1:
+            top = tl.full([QUERIES], float("-inf"), tl.float32)
+            total = tl.zeros([QUERIES], tl.float32)
+            acc = tl.zeros([QUERIES, HEAD_DIM], tl.float32)
+            for index in range(0, used):
+                part_rows = (kv_head * SPLITS + index) * GROUP + queries
+                best = tl.load(best_ptr + part_rows, mask=real, other=0.0, cache_modifier=".cg")
+                new_top = tl.maximum(top, best)
+                old, this = tl.exp(top - new_top), tl.exp(best - new_top)
+                part_total = tl.load(
+                    total_ptr + part_rows, mask=real, other=0.0, cache_modifier=".cg"
+                )
+                part_acc = tl.load(
+                    acc_ptr + part_rows[:, None] * HEAD_DIM + dims[None, :], mask=real[:, None],
+                    other=0.0, cache_modifier=".cg",
+                )  # fmt: skip
+                total = total * old + part_total * this
+                acc = acc * old[:, None] + part_acc * this[:, None]
+                top = new_top
+            out = acc / tl.where(real, total, 1.0)[:, None]
+            heads = kv_head * GROUP + queries
+            place = attended + heads[:, None] * HEAD_DIM + dims[None, :]
+            tl.store(place, out.to(attended.dtype.element_ty), mask=real[:, None])
+            tl.store(arrivals + kv_head, 0)
+
+
+@triton.jit
+def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton types its arguments at launch
+    x,  # [DIM] the residual: read in A, this layer's new one written in D (program 0)
+    pending,  # [DIM] the last layer's down output, not yet added (HAS_PENDING)
+    post_ffn_prev,  # [DIM] the last layer's post-MLP norm weight (HAS_PENDING and SANDWICH)
+    between,  # [DIM] the residual after A (program 0 writes it; D reads it)
+    attention_norm, wqkv, q_norm, k_norm, wo, post_attention_norm, ffn_norm, w13, w2,
+    position_ptr, slot_ptr, table,  # the row's position and cache slot ([1] long), table [W]
+    k_cache, v_cache,  # [slots, KV_HEADS, HEAD_DIM]
+    cos_ptr, sin_ptr,  # RoPE tables [positions, HEAD_DIM] float32 (signs folded in)
+    qkv, best, total, acc, arrivals, attended, out, active,  # scratch (arrivals: zeros)
+    down,  # [DIM] this layer's down output
+    bar,  # the layer's barrier counter, zero at launch
+    scale, eps, window,
+    DIM: tl.constexpr, DIM_P: tl.constexpr, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HIDDEN: tl.constexpr, HIDDEN_P: tl.constexpr,
+    ATT_P: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr, SPLITS: tl.constexpr,
+    QUERIES: tl.constexpr,
+    N_QKV: tl.constexpr, N_O: tl.constexpr, N_13: tl.constexpr, N_2: tl.constexpr,
+    HAS_PENDING: tl.constexpr, SANDWICH: tl.constexpr, QK_NORM: tl.constexpr,
+    OFFSET: tl.constexpr, GLU: tl.constexpr, PHASE: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    P = tl.num_programs(0)
+    GROUP = HEADS // KV_HEADS
+    QKV = (HEADS + 2 * KV_HEADS) * HEAD_DIM
+    ATT = HEADS * HEAD_DIM
+    position = tl.load(position_ptr).to(tl.int64)
+    if PHASE == 0 or PHASE == 1:
+        first = _tile(wqkv, pid, QKV, DIM, DIM_P, N_QKV)
+        value, normed = _residual_norm(
+            x, pending, post_ffn_prev, attention_norm, eps, DIM, DIM_P, HAS_PENDING,
+            SANDWICH, OFFSET,
+        )  # fmt: skip
+        if pid == 0:
+            k = tl.arange(0, DIM_P)
+            tl.store(between + k, value.to(between.dtype.element_ty), mask=k < DIM)
+        _products(wqkv, normed, qkv, first, first, pid, P, QKV, DIM, DIM_P, N_QKV, 0)
+    if PHASE == 0 or PHASE == 2:
+        _attention(
+            qkv, position, slot_ptr, table, k_cache, v_cache, cos_ptr, sin_ptr, q_norm, k_norm,
+            best, total, acc, arrivals, attended, scale, eps, window, pid, bar, P, HEADS,
+            KV_HEADS, GROUP, QUERIES, HEAD_DIM, BLOCK, TILE, SPLITS, QK_NORM, OFFSET, PHASE == 0,
+        )  # fmt: skip
+    if PHASE == 0 or PHASE == 3:
+        _plain_products(wo, attended, out, bar, 2 * P, pid, P, DIM, ATT, ATT_P, N_O, PHASE == 0)
+    if PHASE == 0 or PHASE == 4:
+        first = _tile(w13, pid, HIDDEN, DIM, DIM_P, N_13)
+        first_up = _tile(w13 + HIDDEN * DIM, pid, HIDDEN, DIM, DIM_P, N_13)
+        if PHASE == 0:
+            _barrier(bar, 3 * P)
+        value, normed = _residual_norm(
+            between, out, post_attention_norm, ffn_norm, eps, DIM, DIM_P, True, SANDWICH, OFFSET
+        )
+        if pid == 0:
+            k = tl.arange(0, DIM_P)
+            tl.store(x + k, value.to(x.dtype.element_ty), mask=k < DIM)
+        _products(w13, normed, active, first, first_up, pid, P, HIDDEN, DIM, DIM_P, N_13, GLU)
+    if PHASE == 0 or PHASE == 5:
+        _plain_products(
+            w2, active, down, bar, 4 * P, pid, P, DIM, HIDDEN, HIDDEN_P, N_2, PHASE == 0
+        )
+
+
+_TILE = 64  # key positions an attention part reads per iteration: one for a short context
+_MOST_TILE = 32_768  # weight elements a program's tile holds at most (registers)
+_WIDEST = 8_192  # the longest weight row taken (padded): small models; the 8B's 14,336 is not
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTensors:
+    """One layer's weights (the model's own tensors) and caches, as the kernel reads them.
+    Norm weights: [dim] (or [head_dim]); None where the model has no such norm."""
+
+    attention_norm: Tensor
+    wqkv: Tensor  # [(heads + 2 kv_heads) head_dim, dim]
+    q_norm: Tensor | None
+    k_norm: Tensor | None
+    wo: Tensor  # [dim, heads head_dim]
+    post_attention_norm: Tensor | None
+    ffn_norm: Tensor
+    w13: Tensor  # [2 hidden, dim]: gate, then up
+    w2: Tensor  # [dim, hidden]
+    post_ffn_norm: Tensor | None
+    k_cache: Tensor  # [blocks, block_size, kv_heads, head_dim]
+    v_cache: Tensor
+    cos: Tensor  # RoPE tables [positions, head_dim] float32, the layer's own (local or global)
+    sin: Tensor
+    window: int  # 0: attends to every key
+
+
+class DecodeScratch:
+    """The buffers a one-row step's layers pass between phases, allocated once (a CUDA graph
+    replays their addresses): the residual and its copy between A and D, the down output, the
+    attention parts, the barrier counters (one a layer, zeroed each step) and the KV heads'
+    arrival counts (zeroed by the part that combines)."""
+
+    def __init__(
+        self, *, dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int, layers: int,
+        programs: int, dtype: torch.dtype, device: torch.device,
+    ) -> None:  # fmt: skip
+        def vector(size: int) -> Tensor:
+            return torch.zeros(size, dtype=dtype, device=device)
+
+        self.programs = programs
+        self.splits = max(1, programs // kv_heads)
+        self.queries = max(16, triton.next_power_of_2(heads // kv_heads))
+        self.x, self.between, self.down = vector(dim), vector(dim), vector(dim)
+        self.qkv = vector((heads + 2 * kv_heads) * head_dim)
+        self.attended, self.out = vector(heads * head_dim), vector(dim)
+        self.active = vector(hidden)
+        parts = heads * self.splits
+        self.best = torch.zeros(parts, dtype=torch.float32, device=device)
+        self.total = torch.zeros(parts, dtype=torch.float32, device=device)
+        self.acc = torch.zeros(parts, head_dim, dtype=torch.float32, device=device)
+        self.arrivals = torch.zeros(kv_heads, dtype=torch.int32, device=device)
+        self.barriers = torch.zeros(layers, dtype=torch.int32, device=device)
+
+
+def _block_n(features: int, reads: int, programs: int) -> int:
+    """Features a program's tile holds: enough that the tiles go round the programs once, no
+    more than fits its registers."""
+    block = triton.next_power_of_2(max(1, -(-features // programs)))
+    while block > 1 and block * triton.next_power_of_2(reads) > _MOST_TILE:
+        block //= 2
+    return block
+
+
+def supports(*, dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int) -> bool:
+    """Whether the kernel takes this shape: heads of a power of two from 16, and weight rows
+    of at most 8,192 (padded): a program holds a whole row of each tile in its registers, so
+    wider rows leave tiles of one or two rows, each program walking many of them."""
+    if head_dim < 16 or head_dim & (head_dim - 1) or heads % kv_heads:
+        return False
+    widest = max(dim, heads * head_dim, hidden)
+    return triton.next_power_of_2(widest) <= _WIDEST
+
+
+def decode_layer(
+    layer: LayerTensors,
+    scratch: DecodeScratch,
+    index: int,
+    *,
+    pending: tuple[Tensor, Tensor | None] | None,
+    positions: Tensor,
+    slots: Tensor,
+    table: Tensor,
+    heads: int,
+    scale: float,
+    eps: float,
+    weight_offset: float,
+    activation: str,
+    phases: tuple[int, ...] = (0,),
+) -> None:
+    """Layer `index` for one row: scratch.x (the residual) + the last layer's pending down
+    output (with that layer's post-MLP norm weight, or None) -> scratch.x and scratch.down, the
+    row's key and value written to the caches. positions, slots: [1] long; table [W] int32.
+    `phases`: (0,) one launch of every phase; else the phases (1-5) to launch, one each (all
+    five: the interpreter's way; fewer: a benchmark timing a phase)."""
+    s = scratch
+    dim = s.x.numel()
+    _, block, kv_heads, head_dim = layer.k_cache.shape
+    hidden = layer.w2.size(1)
+    assert layer.wqkv.shape == ((heads + 2 * kv_heads) * head_dim, dim)
+    assert layer.w13.shape == (2 * hidden, dim) and layer.wo.shape == (dim, heads * head_dim)
+    assert table.dtype == torch.int32 and table.dim() == 1
+    qk_norm = layer.q_norm is not None and layer.k_norm is not None
+    sandwich = layer.post_attention_norm is not None
+    programs = s.programs
+    unused = layer.cos  # any tensor for a pointer this configuration does not read
+    down, post_prev = pending if pending is not None else (s.down, None)
+    arguments = (
+        s.x, down, unused if post_prev is None else post_prev, s.between,
+        layer.attention_norm, layer.wqkv, layer.q_norm if qk_norm else unused,
+        layer.k_norm if qk_norm else unused, layer.wo,
+        layer.post_attention_norm if sandwich else unused, layer.ffn_norm, layer.w13, layer.w2,
+        positions, slots, table, layer.k_cache, layer.v_cache, layer.cos, layer.sin,
+        s.qkv, s.best, s.total, s.acc, s.arrivals, s.attended, s.out, s.active, s.down,
+        s.barriers[index:], scale, eps, layer.window,
+    )  # fmt: skip
+    att = heads * head_dim
+    constants = {
+        "DIM": dim, "DIM_P": triton.next_power_of_2(dim), "HEADS": heads, "KV_HEADS": kv_heads,
+        "HEAD_DIM": head_dim, "HIDDEN": hidden, "HIDDEN_P": triton.next_power_of_2(hidden),
+        "ATT_P": triton.next_power_of_2(att), "BLOCK": block, "TILE": _TILE,
+        "SPLITS": s.splits, "QUERIES": s.queries,
+        "N_QKV": _block_n((heads + 2 * kv_heads) * head_dim, dim, programs),
+        "N_O": _block_n(dim, att, programs), "N_13": _block_n(hidden, 2 * dim, programs),
+        "N_2": _block_n(dim, hidden, programs), "HAS_PENDING": pending is not None,
+        "SANDWICH": sandwich, "QK_NORM": qk_norm,
+        "OFFSET": weight_offset, "GLU": {"silu": 1, "gelu_tanh": 2}[activation],
+    }  # fmt: skip
+    for phase in phases:
+        decode_layer_kernel[(programs,)](*arguments, **constants, PHASE=phase, num_warps=8)

@@ -1,0 +1,121 @@
+"""A decode step of one row on the GPU through the fused layer kernel (kernels/decode_layer.py):
+five launches a layer instead of the compiled step's dozen kernels, then the last residual add
+and the final norm. For small models, whose one-sequence step is launch-bound (the embedded
+Gemma 3 270M: 0.76 ms a step on an H200 against 0.13 ms of bytes, 0.62 ms with these kernels,
+docs/benchmarks.md). The runner captures it in bucket 1's CUDA graph where `supported` says the
+model fits the kernel.
+"""
+
+import torch
+from torch import Tensor
+
+from openjarvis.kernels.decode_layer import (
+    PHASES,
+    DecodeScratch,
+    LayerTensors,
+    decode_layer,
+    supports,
+)
+from openjarvis.runtime.torch.model import RMSNorm, Transformer, TransformerBlock
+
+__all__ = ["LAUNCHES", "OneRowStep", "supported"]
+
+# A layer's phases one launch each: on an H200 the embedded shape's 18 layers took 0.474 ms
+# so against 0.542 as one persistent launch a layer (its barriers cost more than the launches
+# they replace there; benchmarks/one_row_phases.py, docs/benchmarks.md).
+LAUNCHES = tuple(range(1, PHASES + 1))
+
+
+def supported(model: Transformer) -> str | None:
+    """None where the kernel runs this model's one-row steps, else why not."""
+    config = model.config
+    if config.qkv_bias:
+        return "a q/k/v bias"
+    if config.attn_logit_softcap is not None:
+        return "attention logit soft-capping"
+    first = model.layers[0]
+    assert isinstance(first, TransformerBlock)
+    if first.attention.n_heads != config.n_heads:
+        return "tensor parallelism"
+    fits = supports(
+        dim=config.dim, heads=config.n_heads, kv_heads=config.n_kv_heads,
+        head_dim=config.head_dim, hidden=config.intermediate_size,
+    )  # fmt: skip
+    return None if fits else "a shape the kernel's tiles do not fit"
+
+
+def _weight(module: torch.nn.Module) -> Tensor | None:
+    return module.weight if isinstance(module, RMSNorm) else None
+
+
+class OneRowStep:
+    """tokens, positions, slots [1, 1] and tables [1, W] -> the row's hidden state after the
+    final norm [1, dim], keys and values written to the caches: what the runner's
+    `_last_hidden` gives for one row. `programs`: the kernel's grid (one per multiprocessor on
+    a GPU); `phases`: which phases a launch runs (kernels.decode_layer.decode_layer)."""
+
+    def __init__(
+        self, model: Transformer, programs: int, phases: tuple[int, ...] = LAUNCHES
+    ) -> None:
+        config = model.config
+        self.model = model
+        self.phases = phases
+        self.layers: list[LayerTensors] = []
+        for index, block in enumerate(model.layers):
+            assert isinstance(block, TransformerBlock)
+            attention, mlp = block.attention, block.feed_forward
+            assert attention.kv_cache is not None, "call setup_caches() first"
+            sliding = config.is_sliding(index)
+            cos, sin = model.rope_cos, model.rope_sin
+            if sliding:
+                cos, sin = model.rope_local_cos, model.rope_local_sin
+            self.layers.append(
+                LayerTensors(
+                    attention_norm=block.attention_norm.weight,
+                    wqkv=attention.wqkv.weight,
+                    q_norm=_weight(attention.q_norm),
+                    k_norm=_weight(attention.k_norm),
+                    wo=attention.wo.weight,
+                    post_attention_norm=_weight(block.post_attention_norm),
+                    ffn_norm=block.ffn_norm.weight,
+                    w13=mlp.w13.weight,
+                    w2=mlp.w2.weight,
+                    post_ffn_norm=_weight(block.post_ffn_norm),
+                    k_cache=attention.kv_cache.k,
+                    v_cache=attention.kv_cache.v,
+                    cos=cos,
+                    sin=sin,
+                    window=(config.sliding_window or 0) if sliding else 0,
+                )
+            )
+        first = model.layers[0]
+        assert isinstance(first, TransformerBlock)
+        self.scale = first.attention.scale
+        weight = model.tok_embeddings.weight
+        self.scratch = DecodeScratch(
+            dim=config.dim, heads=config.n_heads, kv_heads=config.n_kv_heads,
+            head_dim=config.head_dim, hidden=config.intermediate_size,
+            layers=config.n_layers, programs=programs, dtype=weight.dtype, device=weight.device,
+        )  # fmt: skip
+
+    def __call__(self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor) -> Tensor:
+        assert tokens.shape == (1, 1), "one row of one token"
+        model, config, scratch = self.model, self.model.config, self.scratch
+        x = model.tok_embeddings(tokens.view(1))
+        if config.scale_embeddings:
+            x = x * model.embedding_scale
+        scratch.x.copy_(x.view(-1))
+        scratch.barriers.zero_()
+        pending: tuple[Tensor, Tensor | None] | None = None
+        for index, layer in enumerate(self.layers):
+            decode_layer(
+                layer, scratch, index, pending=pending, positions=positions.view(1),
+                slots=slots.view(1), table=tables[0], heads=config.n_heads, scale=self.scale,
+                eps=config.norm_eps, weight_offset=config.norm_weight_offset,
+                activation=config.activation, phases=self.phases,
+            )  # fmt: skip
+            pending = (scratch.down, layer.post_ffn_norm)
+        last = model.layers[-1]
+        assert isinstance(last, TransformerBlock)
+        hidden = scratch.x + last.post_ffn_norm(scratch.down)
+        return model.norm(hidden.view(1, -1))

@@ -1,0 +1,96 @@
+"""One-row decode steps through the persistent layer kernel (runtime/torch/one_row.py) against
+the model's own modules: the same hidden state after the final norm, the same key and value in
+the row's slot, the rest of the cache untouched. On a GPU in bf16, as one launch a layer and
+as five (`-m gpu`); on the CPU under TRITON_INTERPRET=1 in float32, five launches a layer (the
+interpreter runs programs one after another: a barrier would wait forever)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from openjarvis.runtime.torch.model import Transformer, config_for  # noqa: E402
+from openjarvis.runtime.torch.paged import Layout  # noqa: E402
+from tests.kernels.triton_device import KERNEL_MARKS, kernel_device  # noqa: E402
+
+pytestmark = KERNEL_MARKS
+
+BLOCK_SIZE = 16
+
+
+def _model(preset: str, device: str, dtype: "torch.dtype") -> Transformer:
+    torch.manual_seed(0)
+    model = Transformer(config_for(preset))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 1:  # norms: away from their identity
+                parameter.normal_(0.0, 0.3)
+    model = model.to(device=device, dtype=dtype)
+    model.init_buffers()
+    model.setup_caches(12, BLOCK_SIZE, dtype)
+    return model
+
+
+def _cache_tensors(model: Transformer) -> list["torch.Tensor"]:
+    caches = [layer.attention.kv_cache for layer in model.layers]
+    return [t for cache in caches for t in (cache.k, cache.v)]
+
+
+def _caches(model: Transformer) -> list["torch.Tensor"]:
+    return [t.clone() for t in _cache_tensors(model)]
+
+
+def _restore(model: Transformer, caches: list["torch.Tensor"]) -> None:
+    for target, saved in zip(_cache_tensors(model), caches, strict=True):
+        target.copy_(saved)
+
+
+@pytest.mark.parametrize("preset", ["tiny-gemma3", "tiny-llama", "tiny-qwen3"])
+@pytest.mark.parametrize("prompt", [1, 21, 100])
+@pytest.mark.parametrize(
+    ("phases", "programs"),
+    # Under the interpreter two programs (at 100 positions one part a KV head of two tiles) or
+    # five (two parts a head, combined; one program without a part); on a GPU one a
+    # multiprocessor.
+    [(True, 2), (True, 5), (False, 0)],
+)
+def test_one_row_step_gives_the_models_hidden_state_and_cache(
+    preset: str, prompt: int, phases: bool, programs: int
+) -> None:
+    from openjarvis.kernels.decode_layer import PHASES
+    from openjarvis.runtime.torch.one_row import OneRowStep, supported
+
+    device = kernel_device()
+    assert device is not None
+    if device == "cpu" and not phases:
+        pytest.skip("one launch a layer waits at barriers: GPU only")
+    if device == "cuda":
+        if programs == 5:
+            pytest.skip("on a GPU the grid is the multiprocessors: the (True, 2) case")
+        programs = torch.cuda.get_device_properties(0).multi_processor_count
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = _model(preset, device, dtype)
+    assert supported(model) is None
+    generator = torch.Generator().manual_seed(prompt)
+    blocks = torch.randperm(11, generator=generator)[:8] + 1  # block 0 left as scratch
+    table = blocks.to(torch.int32).view(1, -1).to(device)
+    tokens = torch.randint(0, model.config.vocab_size, (1, prompt + 1), generator=generator)
+    tokens = tokens.to(device)
+    positions = torch.arange(prompt + 1, device=device).view(1, -1)
+    slots = table[0, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+    with torch.no_grad():
+        prefill = Layout(positions[:, :prompt], slots[:, :prompt], table)
+        model(tokens[:, :prompt], prefill)
+        before = _caches(model)
+        step = (tokens[:, prompt:], positions[:, prompt:], slots[:, prompt:], table)
+        expected = model.norm(model.hidden(step[0], Layout(*step[1:]))[:, -1])
+        expected_caches = _caches(model)
+        _restore(model, before)
+        launches = tuple(range(1, PHASES + 1)) if phases else (0,)
+        got = OneRowStep(model, programs, phases=launches)(*step)
+        got_caches = _caches(model)
+    tolerance = (
+        {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {"atol": 1e-4, "rtol": 1e-4}
+    )
+    torch.testing.assert_close(got, expected, **tolerance)
+    for got_cache, expected_cache in zip(got_caches, expected_caches, strict=True):
+        torch.testing.assert_close(got_cache, expected_cache, **tolerance)
