@@ -17,7 +17,7 @@ import json
 
 import torch
 import triton
-from fused_decode_probe import replay_ms
+from persistent_probe import graph_ms  # this folder is on the path
 
 __all__ = ["main"]
 
@@ -38,15 +38,12 @@ def layout(batch: int, prompt_rows: int, context: int, width: int, block: int) -
 
 
 def step_ms(call: object, layers: int, steps: int) -> float:
-    """Milliseconds per replay of a CUDA graph of `layers` calls (captured as the engine
-    captures its steps)."""
-    from openjarvis.runtime.torch.runner import _captured
+    """Milliseconds per replay of a CUDA graph of `layers` calls."""
 
     def layers_calls() -> torch.Tensor:
         return [call() for _ in range(layers)][-1]  # type: ignore[operator]
 
-    graph, _ = _captured(layers_calls, (), warm_ups=2, pool=None)
-    return replay_ms(graph, steps)
+    return graph_ms(layers_calls, steps)
 
 
 def main() -> None:

@@ -9,7 +9,8 @@ model=/tmp/model/gemma-3-270m-Q4_K_M.gguf
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests/kernels/test_gpu_kernels.py \
-  tests/kernels/test_fused_decode.py tests/runtime_torch/test_decode_roofline.py \
+  tests/kernels/test_decode_layer.py tests/runtime_torch/test_one_row.py \
+  tests/runtime_torch/test_decode_roofline.py \
   tests/runtime_torch/test_prefill_graphs.py 2>&1 | tail -n 25 | tee "$out/kernels.txt"
 python3 -m pytest -p no:cacheprovider -q -rs tests/runtime_torch/test_prefix_cache.py \
   tests/runtime_torch/test_mixed_steps.py -k cuda 2>&1 \
