@@ -1,7 +1,8 @@
-"""Where a one-row decode step's time goes in the persistent layer kernel
-(kernels/decode_layer.py): the step as the engine runs it (one launch a layer), as five
-launches a layer, and each phase alone (18 launches of it for Gemma 3 270M), all replayed from
-CUDA graphs, against the step's bytes over the copy bandwidth. Random bf16 weights of a
+"""Where a one-row decode step's time goes in the fused layer kernel (kernels/decode_layer.py):
+the step's layers as one persistent launch a layer, as five launches a layer (the engine's
+way), five with programmatic dependent launch, and each phase alone (18 launches of it for
+Gemma 3 270M), all replayed from CUDA graphs, against the step's bytes over the copy
+bandwidth. Random bf16 weights of a
 preset's shape, `--context` positions cached.
 
 `PYTHONPATH=src python3 benchmarks/one_row_phases.py --preset gemma-3-270m --context 400`
@@ -21,7 +22,7 @@ def main() -> None:
     parser.add_argument("--preset", default="gemma-3-270m")
     parser.add_argument("--context", type=int, default=400)
     args = parser.parse_args()
-    from openjarvis.kernels.decode_layer import PHASES
+    from openjarvis.kernels.decode_layer import PHASES, gdc_wait
     from openjarvis.runtime.torch.decode_roofline import DecodeRoofline, device_bandwidth
     from openjarvis.runtime.torch.model import Transformer, config_for
     from openjarvis.runtime.torch.one_row import OneRowStep
@@ -46,13 +47,17 @@ def main() -> None:
         step = (tokens[:, cached:], positions[:, cached:], slots[:, cached:], table)
         programs = torch.cuda.get_device_properties(device).multi_processor_count
         results: dict[str, object] = {"preset": args.preset, "context": args.context}
+        five = tuple(range(1, PHASES + 1))
         layers = {
-            "one_launch": (0,),
-            "five_launches": tuple(range(1, PHASES + 1)),
-            **{f"phase_{p}_alone": (p,) for p in range(1, PHASES + 1)},
+            "one_launch": ((0,), False),
+            "five_launches": (five, False),
+            # Each launch starting while the one before runs (programmatic dependent launch),
+            # where this Triton has its grid controls.
+            **({"five_launches_pdl": (five, True)} if gdc_wait is not None else {}),
+            **{f"phase_{p}_alone": ((p,), False) for p in five},
         }
-        for name, phases in layers.items():
-            one_row = OneRowStep(model, programs, phases=phases)
+        for name, (phases, pdl) in layers.items():
+            one_row = OneRowStep(model, programs, phases=phases, pdl=pdl)
             results[f"{name}_ms"] = round(graph_ms(lambda o=one_row: o(*step), 300), 4)
         head = model.output.weight
         row = torch.randn(1, config.dim, device=device, dtype=dtype)

@@ -47,22 +47,26 @@ def _restore(model: Transformer, caches: list["torch.Tensor"]) -> None:
 @pytest.mark.parametrize("preset", ["tiny-gemma3", "tiny-llama", "tiny-qwen3"])
 @pytest.mark.parametrize("prompt", [1, 21, 100])
 @pytest.mark.parametrize(
-    ("phases", "programs"),
+    ("phases", "programs", "pdl"),
     # Under the interpreter two programs (at 100 positions one part a KV head of two tiles) or
     # five (two parts a head, combined; one program without a part); on a GPU one a
-    # multiprocessor.
-    [(True, 2), (True, 5), (False, 0)],
+    # multiprocessor, and the five launches also with programmatic dependent launch.
+    [(True, 2, False), (True, 5, False), (False, 0, False), (True, 0, True)],
 )
 def test_one_row_step_gives_the_models_hidden_state_and_cache(
-    preset: str, prompt: int, phases: bool, programs: int
+    preset: str, prompt: int, phases: bool, programs: int, pdl: bool
 ) -> None:
     from openjarvis.kernels.decode_layer import PHASES
     from openjarvis.runtime.torch.one_row import OneRowStep, supported
 
     device = kernel_device()
     assert device is not None
-    if device == "cpu" and not phases:
-        pytest.skip("one launch a layer waits at barriers: GPU only")
+    if device == "cpu" and (not phases or pdl):
+        pytest.skip("one launch a layer waits at barriers, PDL waits for launches: GPU only")
+    from openjarvis.kernels.decode_layer import gdc_wait
+
+    if pdl and gdc_wait is None:
+        pytest.skip("this Triton has no grid dependency controls")
     if device == "cuda":
         if programs == 5:
             pytest.skip("on a GPU the grid is the multiprocessors: the (True, 2) case")
@@ -86,7 +90,7 @@ def test_one_row_step_gives_the_models_hidden_state_and_cache(
         expected_caches = _caches(model)
         _restore(model, before)
         launches = tuple(range(1, PHASES + 1)) if phases else (0,)
-        got = OneRowStep(model, programs, phases=launches)(*step)
+        got = OneRowStep(model, programs, phases=launches, pdl=pdl)(*step)
         got_caches = _caches(model)
     tolerance = (
         {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {"atol": 1e-4, "rtol": 1e-4}

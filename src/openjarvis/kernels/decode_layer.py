@@ -44,6 +44,11 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+try:  # programmatic dependent launch's grid controls (Hopper on; Triton 3.4 on)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - an older Triton: `pdl` is refused
+    gdc_launch_dependents = gdc_wait = None
+
 __all__ = ["PHASES", "DecodeScratch", "LayerTensors", "decode_layer", "supports"]
 
 PHASES = 5
@@ -65,6 +70,17 @@ def _barrier(bar, target):  # type: ignore[no-untyped-def]  # a Triton function:
     while count < target:
         count = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
+
+
+@triton.jit
+def _wait(bar, target, WAIT: tl.constexpr):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    """How a phase waits for the one before it: 0 not at all (a launch of its own, after the
+    last), 1 at the grid barrier (the persistent launch), 2 for the previous launch to end
+    (programmatic dependent launch: this launch started while that one ran)."""
+    if WAIT == 1:
+        _barrier(bar, target)
+    elif WAIT == 2:
+        gdc_wait()
 
 
 @triton.jit
@@ -141,10 +157,9 @@ def _plain_products(  # type: ignore[no-untyped-def]  # a Triton function: trito
     N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr, WAIT: tl.constexpr,
 ):  # fmt: skip
     """out = w @ row (a vector written by the phase before): the first tile loaded, then the
-    barrier (WAIT), then the row and the products."""
+    wait (`_wait`), then the row and the products."""
     first = _tile(w, pid, N, K, KP, BLOCK_N)
-    if WAIT:
-        _barrier(bar, target)
+    _wait(bar, target, WAIT)
     row = _vector(row_ptr, K, KP)
     _products(w, row, out, first, first, pid, P, N, K, KP, BLOCK_N, 0)
 
@@ -201,7 +216,7 @@ def _attention(  # type: ignore[no-untyped-def]  # a Triton function: triton typ
 ):  # fmt: skip
     """Phase B: the row's attention, program i the part i % SPLITS of KV head i // SPLITS
     (parts of whole tiles, as many as the keys need). Its first tile of cached keys and values
-    is loaded before the barrier (WAIT): they do not depend on the phase before."""
+    is loaded before the wait (`_wait`): they do not depend on the phase before."""
     context = position + 1  # the newest key (this row's) is at `position`
     first = tl.where(window > 0, tl.maximum(context - window, 0), 0)
     part = tl.cdiv(tl.cdiv(context - first, SPLITS), TILE) * TILE
@@ -214,8 +229,7 @@ def _attention(  # type: ignore[no-untyped-def]  # a Triton function: triton typ
     k_first, v_first = _kv_tile(
         table, k_cache, v_cache, low, bound, kv_head, KV_HEADS, HEAD_DIM, BLOCK, TILE
     )
-    if WAIT:
-        _barrier(bar, target)
+    _wait(bar, target, WAIT)
     works = (kv_head < KV_HEADS) & (split < used)
     if works:
         dims = tl.arange(0, HEAD_DIM)
@@ -317,16 +331,23 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
     QUERIES: tl.constexpr,
     N_QKV: tl.constexpr, N_O: tl.constexpr, N_13: tl.constexpr, N_2: tl.constexpr,
     HAS_PENDING: tl.constexpr, SANDWICH: tl.constexpr, QK_NORM: tl.constexpr,
-    OFFSET: tl.constexpr, GLU: tl.constexpr, PHASE: tl.constexpr,
+    OFFSET: tl.constexpr, GLU: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     P = tl.num_programs(0)
+    # Each phase waits for the one before: at the grid barrier in the persistent launch; with
+    # programmatic dependent launch (PDL), for the previous launch to end, after loading what
+    # does not depend on it (this launch may start as soon as the last one let it).
+    WAIT = 1 if PHASE == 0 else (2 if PDL else 0)
+    if PDL:
+        gdc_launch_dependents()  # the next launch may start: it too waits before reading
     GROUP = HEADS // KV_HEADS
     QKV = (HEADS + 2 * KV_HEADS) * HEAD_DIM
     ATT = HEADS * HEAD_DIM
     position = tl.load(position_ptr).to(tl.int64)
     if PHASE == 0 or PHASE == 1:
         first = _tile(wqkv, pid, QKV, DIM, DIM_P, N_QKV)
+        _wait(bar, 0, 2 if PDL else 0)  # the launch before wrote the residual
         value, normed = _residual_norm(
             x, pending, post_ffn_prev, attention_norm, eps, DIM, DIM_P, HAS_PENDING,
             SANDWICH, OFFSET,
@@ -339,15 +360,14 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
         _attention(
             qkv, position, slot_ptr, table, k_cache, v_cache, cos_ptr, sin_ptr, q_norm, k_norm,
             best, total, acc, arrivals, attended, scale, eps, window, pid, bar, P, HEADS,
-            KV_HEADS, GROUP, QUERIES, HEAD_DIM, BLOCK, TILE, SPLITS, QK_NORM, OFFSET, PHASE == 0,
+            KV_HEADS, GROUP, QUERIES, HEAD_DIM, BLOCK, TILE, SPLITS, QK_NORM, OFFSET, WAIT,
         )  # fmt: skip
     if PHASE == 0 or PHASE == 3:
-        _plain_products(wo, attended, out, bar, 2 * P, pid, P, DIM, ATT, ATT_P, N_O, PHASE == 0)
+        _plain_products(wo, attended, out, bar, 2 * P, pid, P, DIM, ATT, ATT_P, N_O, WAIT)
     if PHASE == 0 or PHASE == 4:
         first = _tile(w13, pid, HIDDEN, DIM, DIM_P, N_13)
         first_up = _tile(w13 + HIDDEN * DIM, pid, HIDDEN, DIM, DIM_P, N_13)
-        if PHASE == 0:
-            _barrier(bar, 3 * P)
+        _wait(bar, 3 * P, WAIT)
         value, normed = _residual_norm(
             between, out, post_attention_norm, ffn_norm, eps, DIM, DIM_P, True, SANDWICH, OFFSET
         )
@@ -356,9 +376,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
             tl.store(x + k, value.to(x.dtype.element_ty), mask=k < DIM)
         _products(w13, normed, active, first, first_up, pid, P, HIDDEN, DIM, DIM_P, N_13, GLU)
     if PHASE == 0 or PHASE == 5:
-        _plain_products(
-            w2, active, down, bar, 4 * P, pid, P, DIM, HIDDEN, HIDDEN_P, N_2, PHASE == 0
-        )
+        _plain_products(w2, active, down, bar, 4 * P, pid, P, DIM, HIDDEN, HIDDEN_P, N_2, WAIT)
 
 
 _TILE = 64  # key positions an attention part reads per iteration: one for a short context
@@ -450,12 +468,15 @@ def decode_layer(
     weight_offset: float,
     activation: str,
     phases: tuple[int, ...] = (0,),
+    pdl: bool = False,
 ) -> None:
     """Layer `index` for one row: scratch.x (the residual) + the last layer's pending down
     output (with that layer's post-MLP norm weight, or None) -> scratch.x and scratch.down, the
     row's key and value written to the caches. positions, slots: [1] long; table [W] int32.
     `phases`: (0,) one launch of every phase; else the phases (1-5) to launch, one each (all
-    five: the interpreter's way; fewer: a benchmark timing a phase)."""
+    five: the interpreter's way; fewer: a benchmark timing a phase). `pdl`: each launch may
+    start while the one before runs (programmatic dependent launch, Hopper; not measured yet:
+    benchmarks/one_row_phases.py times it), waiting for it before reading what it wrote."""
     s = scratch
     dim = s.x.numel()
     _, block, kv_heads, head_dim = layer.k_cache.shape
@@ -489,5 +510,9 @@ def decode_layer(
         "SANDWICH": sandwich, "QK_NORM": qk_norm,
         "OFFSET": weight_offset, "GLU": {"silu": 1, "gelu_tanh": 2}[activation],
     }  # fmt: skip
+    assert not pdl or (0 not in phases and gdc_wait is not None), "PDL: separate launches"
+    launch = {"launch_pdl": True} if pdl else {}  # an option older Tritons do not know
     for phase in phases:
-        decode_layer_kernel[(programs,)](*arguments, **constants, PHASE=phase, num_warps=8)
+        decode_layer_kernel[(programs,)](
+            *arguments, **constants, PHASE=phase, PDL=pdl, num_warps=8, **launch
+        )

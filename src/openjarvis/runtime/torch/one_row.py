@@ -52,14 +52,20 @@ class OneRowStep:
     """tokens, positions, slots [1, 1] and tables [1, W] -> the row's hidden state after the
     final norm [1, dim], keys and values written to the caches: what the runner's
     `_last_hidden` gives for one row. `programs`: the kernel's grid (one per multiprocessor on
-    a GPU); `phases`: which phases a launch runs (kernels.decode_layer.decode_layer)."""
+    a GPU); `phases`: which phases a launch runs, `pdl` whether each launch may start while the
+    one before runs (kernels.decode_layer.decode_layer)."""
 
     def __init__(
-        self, model: Transformer, programs: int, phases: tuple[int, ...] = LAUNCHES
+        self,
+        model: Transformer,
+        programs: int,
+        phases: tuple[int, ...] = LAUNCHES,
+        pdl: bool = False,
     ) -> None:
         config = model.config
         self.model = model
         self.phases = phases
+        self.pdl = pdl
         self.layers: list[LayerTensors] = []
         for index, block in enumerate(model.layers):
             assert isinstance(block, TransformerBlock)
@@ -112,7 +118,7 @@ class OneRowStep:
                 layer, scratch, index, pending=pending, positions=positions.view(1),
                 slots=slots.view(1), table=tables[0], heads=config.n_heads, scale=self.scale,
                 eps=config.norm_eps, weight_offset=config.norm_weight_offset,
-                activation=config.activation, phases=self.phases,
+                activation=config.activation, phases=self.phases, pdl=self.pdl,
             )  # fmt: skip
             pending = (scratch.down, layer.post_ffn_norm)
         last = model.layers[-1]
