@@ -5,7 +5,7 @@ Gemma 3 270M), all replayed from CUDA graphs, against the step's bytes over the 
 bandwidth. Random bf16 weights of a
 preset's shape, `--context` positions cached.
 
-`PYTHONPATH=src python3 benchmarks/one_row_phases.py --preset gemma-3-270m --context 400`
+`PYTHONPATH=src python3 benchmarks/one_row_phases.py --preset gemma-3-270m --context 400 [--sweep]`
 """
 
 import argparse
@@ -21,7 +21,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preset", default="gemma-3-270m")
     parser.add_argument("--context", type=int, default=400)
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also each phase alone at 4 warps a program, and attention at 32 and 128 keys a tile",
+    )
     args = parser.parse_args()
+    from openjarvis.kernels import decode_layer
     from openjarvis.kernels.decode_layer import PHASES, gdc_wait
     from openjarvis.runtime.torch.decode_roofline import DecodeRoofline, device_bandwidth
     from openjarvis.runtime.torch.model import Transformer, config_for
@@ -59,6 +65,19 @@ def main() -> None:
         for name, (phases, pdl) in layers.items():
             one_row = OneRowStep(model, programs, phases=phases, pdl=pdl)
             results[f"{name}_ms"] = round(graph_ms(lambda o=one_row: o(*step), 300), 4)
+        # The sweep sets the module's launch constants (the engine's stay as they are).
+        sweeps = [("warps", "_WARPS", 4, five), ("tile", "_TILE", 32, (2,))]
+        sweeps += [("tile", "_TILE", 128, (2,))]
+        for label, constant, value, phases in sweeps if args.sweep else []:
+            kept = getattr(decode_layer, constant)
+            setattr(decode_layer, constant, value)
+            try:
+                for phase in phases:
+                    one_row = OneRowStep(model, programs, phases=(phase,))
+                    ms = graph_ms(lambda o=one_row: o(*step), 300)
+                    results[f"phase_{phase}_alone_{label}_{value}_ms"] = round(ms, 4)
+            finally:
+                setattr(decode_layer, constant, kept)
         head = model.output.weight
         row = torch.randn(1, config.dim, device=device, dtype=dtype)
         results["head_ms"] = round(graph_ms(lambda: torch.nn.functional.linear(row, head), 300), 4)

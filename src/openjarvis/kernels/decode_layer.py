@@ -380,6 +380,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
 
 
 _TILE = 64  # key positions an attention part reads per iteration: one for a short context
+_WARPS = 8  # warps a program (benchmarks/one_row_phases.py --sweep times 4 and other tiles)
 _MOST_TILE = 32_768  # weight elements a program's tile holds at most (registers)
 _WIDEST = 8_192  # the longest weight row taken (padded): small models; the 8B's 14,336 is not
 
@@ -514,5 +515,5 @@ def decode_layer(
     launch = {"launch_pdl": True} if pdl else {}  # an option older Tritons do not know
     for phase in phases:
         decode_layer_kernel[(programs,)](
-            *arguments, **constants, PHASE=phase, PDL=pdl, num_warps=8, **launch
+            *arguments, **constants, PHASE=phase, PDL=pdl, num_warps=_WARPS, **launch
         )
