@@ -8,12 +8,14 @@ torch = pytest.importorskip("torch")
 from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings  # noqa: E402
 
 
-def test_off_the_gpu_the_engine_says_the_kernels_are_off() -> None:
-    engine = TorchEngine("tiny-llama", TorchSettings(device="cpu", max_seq_len=64))
+@pytest.mark.parametrize(
+    ("asked", "state"), [(True, "off: not on a GPU"), (False, "off: not asked for")]
+)
+def test_off_the_gpu_the_engine_says_the_kernels_are_off(asked: bool, state: str) -> None:
+    settings = TorchSettings(device="cpu", max_seq_len=64, one_row_kernel=asked)
+    engine = TorchEngine("tiny-llama", settings)
     try:
-        assert engine.settings_dict()["one_row_kernel_state"] == (
-            "off: not asked for, or not on a GPU"
-        )
+        assert engine.settings_dict()["one_row_kernel_state"] == state
     finally:
         engine.close()
 

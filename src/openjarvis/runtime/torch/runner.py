@@ -260,7 +260,7 @@ class Runner:
         self.table_width = -(-config.max_seq_len // BLOCK_SIZE)
         # One-row decode steps: the fused layer kernel where the model fits it.
         self.one_row: OneRowStep | None = None
-        self.one_row_note = self._one_row_step(settings.one_row_kernel and cuda)
+        self.one_row_note = self._one_row_step(settings)
         # A decode step's body: the layers and the final norm, compiled on the GPU.
         self.body: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = self._last_hidden
         if settings.compile:
@@ -344,10 +344,14 @@ class Runner:
             self.decode_gemvs.for_shape if self.decode_gemvs else None,
         )
 
-    def _one_row_step(self, wanted: bool) -> str:
-        """Set up the one-row kernels where `wanted` and the model fits them; what was done."""
-        if not wanted:
-            return "off: not asked for, or not on a GPU"
+    def _one_row_step(self, settings: TorchSettings) -> str:
+        """Set up the one-row kernels where asked for and the model fits them; what was done."""
+        if not settings.one_row_kernel:
+            return "off: not asked for"
+        if self.device.type != "cuda":
+            return "off: not on a GPU"
+        if not settings.cuda_graphs:  # each of a step's ~90 launches would pay Python's cost
+            return "off: without CUDA graphs"
         from openjarvis.runtime.torch.one_row import OneRowStep, supported  # needs Triton
 
         reason = supported(self.model)
