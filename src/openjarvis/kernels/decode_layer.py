@@ -49,7 +49,7 @@ try:  # programmatic dependent launch's grid controls (Hopper on; Triton 3.4 on)
 except ImportError:  # pragma: no cover - an older Triton: `pdl` is refused
     gdc_launch_dependents = gdc_wait = None
 
-__all__ = ["PHASES", "DecodeScratch", "LayerTensors", "decode_layer", "supports"]
+__all__ = ["PHASES", "DecodeScratch", "LayerTensors", "decode_layer", "final_norm", "supports"]
 
 PHASES = 5
 
@@ -101,14 +101,17 @@ def _tile(w, t, N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.
 
 @triton.jit
 def _residual_norm(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    x_ptr, pending_ptr, post_ptr, pre_ptr, eps,
+    x_ptr, pending_ptr, post_ptr, pre_ptr, eps, x_scale,
     DIM: tl.constexpr, DIM_P: tl.constexpr, HAS_PENDING: tl.constexpr, POST_NORM: tl.constexpr,
-    OFFSET: tl.constexpr,
+    OFFSET: tl.constexpr, SCALED: tl.constexpr,
 ):  # fmt: skip
-    """The residual x + post_norm(pending) and its pre norm, float32 [DIM_P] each."""
+    """The residual x (times x_scale where SCALED: an embedding row) + post_norm(pending), and
+    its pre norm: float32 [DIM_P] each."""
     k = tl.arange(0, DIM_P)
     inside = k < DIM
     value = _vector(x_ptr, DIM, DIM_P)
+    if SCALED:
+        value = _round(value * x_scale, x_ptr)
     if HAS_PENDING:
         extra = _vector(pending_ptr, DIM, DIM_P)
         if POST_NORM:
@@ -313,7 +316,8 @@ def _attention(  # type: ignore[no-untyped-def]  # a Triton function: triton typ
 
 @triton.jit
 def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton types its arguments at launch
-    x,  # [DIM] the residual: read in A, this layer's new one written in D (program 0)
+    x,  # [DIM] the residual: read in A (not with EMBED), this layer's new one written in D
+    token_ptr, embedding, embed_scale,  # with EMBED, A's residual: embedding[token] * scale
     pending,  # [DIM] the last layer's down output, not yet added (HAS_PENDING)
     post_ffn_prev,  # [DIM] the last layer's post-MLP norm weight (HAS_PENDING and SANDWICH)
     between,  # [DIM] the residual after A (program 0 writes it; D reads it)
@@ -332,6 +336,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
     N_QKV: tl.constexpr, N_O: tl.constexpr, N_13: tl.constexpr, N_2: tl.constexpr,
     HAS_PENDING: tl.constexpr, SANDWICH: tl.constexpr, QK_NORM: tl.constexpr,
     OFFSET: tl.constexpr, GLU: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr,
+    EMBED: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     P = tl.num_programs(0)
@@ -348,9 +353,12 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
     if PHASE == 0 or PHASE == 1:
         first = _tile(wqkv, pid, QKV, DIM, DIM_P, N_QKV)
         _wait(bar, 0, 2 if PDL else 0)  # the launch before wrote the residual
+        residual = x
+        if EMBED:
+            residual = embedding + tl.load(token_ptr).to(tl.int64) * DIM
         value, normed = _residual_norm(
-            x, pending, post_ffn_prev, attention_norm, eps, DIM, DIM_P, HAS_PENDING,
-            SANDWICH, OFFSET,
+            residual, pending, post_ffn_prev, attention_norm, eps, embed_scale, DIM, DIM_P,
+            HAS_PENDING, SANDWICH, OFFSET, EMBED,
         )  # fmt: skip
         if pid == 0:
             k = tl.arange(0, DIM_P)
@@ -369,14 +377,29 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
         first_up = _tile(w13 + HIDDEN * DIM, pid, HIDDEN, DIM, DIM_P, N_13)
         _wait(bar, 3 * P, WAIT)
         value, normed = _residual_norm(
-            between, out, post_attention_norm, ffn_norm, eps, DIM, DIM_P, True, SANDWICH, OFFSET
-        )
+            between, out, post_attention_norm, ffn_norm, eps, 1.0, DIM, DIM_P, True, SANDWICH,
+            OFFSET, False,
+        )  # fmt: skip
         if pid == 0:
             k = tl.arange(0, DIM_P)
             tl.store(x + k, value.to(x.dtype.element_ty), mask=k < DIM)
         _products(w13, normed, active, first, first_up, pid, P, HIDDEN, DIM, DIM_P, N_13, GLU)
     if PHASE == 0 or PHASE == 5:
         _plain_products(w2, active, down, bar, 4 * P, pid, P, DIM, HIDDEN, HIDDEN_P, N_2, WAIT)
+
+
+@triton.jit
+def _final_norm_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton types its arguments at launch
+    x, down, post_ffn, norm, out, eps,
+    DIM: tl.constexpr, DIM_P: tl.constexpr, SANDWICH: tl.constexpr, OFFSET: tl.constexpr,
+):  # fmt: skip
+    """After the last layer: its residual add (after its post-MLP norm, Gemma) and the model's
+    final norm, one program: out [DIM]."""
+    _, normed = _residual_norm(
+        x, down, post_ffn, norm, eps, 1.0, DIM, DIM_P, True, SANDWICH, OFFSET, False
+    )
+    k = tl.arange(0, DIM_P)
+    tl.store(out + k, normed.to(out.dtype.element_ty), mask=k < DIM)
 
 
 _TILE = 64  # key positions an attention part reads per iteration: one for a short context
@@ -424,6 +447,7 @@ class DecodeScratch:
         self.splits = max(1, programs // kv_heads)
         self.queries = max(16, triton.next_power_of_2(heads // kv_heads))
         self.x, self.between, self.down = vector(dim), vector(dim), vector(dim)
+        self.normed = vector(dim)  # the step's output: the last residual after the final norm
         self.qkv = vector((heads + 2 * kv_heads) * head_dim)
         self.attended, self.out = vector(heads * head_dim), vector(dim)
         self.active = vector(hidden)
@@ -460,6 +484,7 @@ def decode_layer(
     index: int,
     *,
     pending: tuple[Tensor, Tensor | None] | None,
+    embed: tuple[Tensor, Tensor, float] | None = None,
     positions: Tensor,
     slots: Tensor,
     table: Tensor,
@@ -473,7 +498,9 @@ def decode_layer(
 ) -> None:
     """Layer `index` for one row: scratch.x (the residual) + the last layer's pending down
     output (with that layer's post-MLP norm weight, or None) -> scratch.x and scratch.down, the
-    row's key and value written to the caches. positions, slots: [1] long; table [W] int32.
+    row's key and value written to the caches. `embed` (the first layer): the token [1] long,
+    the embedding table and its scale, whose row is the residual instead of scratch.x.
+    positions, slots: [1] long; table [W] int32.
     `phases`: (0,) one launch of every phase; else the phases (1-5) to launch, one each (all
     five: the interpreter's way; fewer: a benchmark timing a phase). `pdl`: each launch may
     start while the one before runs (programmatic dependent launch, Hopper; not measured yet:
@@ -490,8 +517,10 @@ def decode_layer(
     programs = s.programs
     unused = layer.cos  # any tensor for a pointer this configuration does not read
     down, post_prev = pending if pending is not None else (s.down, None)
+    token, embedding, embed_scale = embed if embed is not None else (positions, unused, 1.0)
     arguments = (
-        s.x, down, unused if post_prev is None else post_prev, s.between,
+        s.x, token, embedding, embed_scale, down, unused if post_prev is None else post_prev,
+        s.between,
         layer.attention_norm, layer.wqkv, layer.q_norm if qk_norm else unused,
         layer.k_norm if qk_norm else unused, layer.wo,
         layer.post_attention_norm if sandwich else unused, layer.ffn_norm, layer.w13, layer.w2,
@@ -515,5 +544,20 @@ def decode_layer(
     launch = {"launch_pdl": True} if pdl else {}  # an option older Tritons do not know
     for phase in phases:
         decode_layer_kernel[(programs,)](
-            *arguments, **constants, PHASE=phase, PDL=pdl, num_warps=_WARPS, **launch
-        )
+            *arguments, **constants, PHASE=phase, PDL=pdl, EMBED=embed is not None,
+            num_warps=_WARPS, **launch,
+        )  # fmt: skip
+
+
+def final_norm(
+    scratch: DecodeScratch, post_ffn: Tensor | None, norm: Tensor, eps: float, weight_offset: float
+) -> Tensor:
+    """After the last layer: scratch.x + post_ffn(scratch.down) (or + scratch.down without the
+    norm), then the model's final norm (weight `norm`) -> scratch.normed [dim]."""
+    dim = scratch.x.numel()
+    _final_norm_kernel[(1,)](
+        scratch.x, scratch.down, norm if post_ffn is None else post_ffn, norm, scratch.normed,
+        eps, DIM=dim, DIM_P=triton.next_power_of_2(dim), SANDWICH=post_ffn is not None,
+        OFFSET=weight_offset,
+    )  # fmt: skip
+    return scratch.normed

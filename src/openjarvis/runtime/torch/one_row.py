@@ -14,6 +14,7 @@ from openjarvis.kernels.decode_layer import (
     DecodeScratch,
     LayerTensors,
     decode_layer,
+    final_norm,
     supports,
 )
 from openjarvis.runtime.torch.model import RMSNorm, Transformer, TransformerBlock
@@ -97,6 +98,10 @@ class OneRowStep:
         first = model.layers[0]
         assert isinstance(first, TransformerBlock)
         self.scale = first.attention.scale
+        # Gemma scales embeddings by sqrt(dim) rounded to the model's dtype (model.py).
+        self.embedding_scale = 1.0
+        if config.scale_embeddings:
+            self.embedding_scale = float(model.embedding_scale.item())
         weight = model.tok_embeddings.weight
         self.scratch = DecodeScratch(
             dim=config.dim, heads=config.n_heads, kv_heads=config.n_kv_heads,
@@ -107,21 +112,22 @@ class OneRowStep:
     def __call__(self, tokens: Tensor, positions: Tensor, slots: Tensor, tables: Tensor) -> Tensor:
         assert tokens.shape == (1, 1), "one row of one token"
         model, config, scratch = self.model, self.model.config, self.scratch
-        x = model.tok_embeddings(tokens.view(1))
-        if config.scale_embeddings:
-            x = x * model.embedding_scale
-        scratch.x.copy_(x.view(-1))
-        scratch.barriers.zero_()
+        if 0 in self.phases:  # the persistent launch's barrier counters
+            scratch.barriers.zero_()
+        # The first layer reads its residual from the embedding table itself.
+        embed = (tokens.view(1), model.tok_embeddings.weight, self.embedding_scale)
         pending: tuple[Tensor, Tensor | None] | None = None
         for index, layer in enumerate(self.layers):
             decode_layer(
-                layer, scratch, index, pending=pending, positions=positions.view(1),
-                slots=slots.view(1), table=tables[0], heads=config.n_heads, scale=self.scale,
-                eps=config.norm_eps, weight_offset=config.norm_weight_offset,
-                activation=config.activation, phases=self.phases, pdl=self.pdl,
+                layer, scratch, index, pending=pending, embed=embed if index == 0 else None,
+                positions=positions.view(1), slots=slots.view(1), table=tables[0],
+                heads=config.n_heads, scale=self.scale, eps=config.norm_eps,
+                weight_offset=config.norm_weight_offset, activation=config.activation,
+                phases=self.phases, pdl=self.pdl,
             )  # fmt: skip
             pending = (scratch.down, layer.post_ffn_norm)
-        last = model.layers[-1]
-        assert isinstance(last, TransformerBlock)
-        hidden = scratch.x + last.post_ffn_norm(scratch.down)
-        return model.norm(hidden.view(1, -1))
+        post_ffn = self.layers[-1].post_ffn_norm
+        normed = final_norm(
+            scratch, post_ffn, model.norm.weight, config.norm_eps, config.norm_weight_offset
+        )
+        return normed.view(1, -1)
