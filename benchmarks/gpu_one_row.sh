@@ -2,7 +2,8 @@
 # On the GPU test machine (docs/gpu_machine.md), in the same device call as
 # `bash benchmarks/gpu_setup.sh wheels` (random weights: no model file): the one-row layer
 # kernel's GPU tests, its phases (with programmatic dependent launch and the --sweep of warps
-# and tiles), and the embedded shape end to end at one sequence with it and without.
+# and tiles), the embedded shape end to end at one sequence with it and without, and where the
+# model file is there, the real model's greedy tokens both ways.
 #   bash benchmarks/gpu_setup.sh wheels > /dev/null && bash benchmarks/gpu_one_row.sh
 # Each part's full output goes to $OUT; a summary line each is printed.
 set -uo pipefail  # not -e: each part reports, the next still runs
