@@ -405,7 +405,10 @@ def _final_norm_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: trit
 _TILE = 64  # key positions an attention part reads per iteration: one for a short context
 _WARPS = 8  # warps a program (benchmarks/one_row_phases.py --sweep times 4 and other tiles)
 _MOST_TILE = 32_768  # weight elements a program's tile holds at most (registers)
-_WIDEST = 8_192  # the longest weight row taken (padded): small models; the 8B's 14,336 is not
+# The longest weight row taken (padded): measured only on the embedded Gemma 3 270M's (2,048).
+# Wider rows leave a program tiles of a few rows, several a phase: 1B shapes (Llama 3.2's
+# 8,192, Gemma 3's 6,912) wait for one_row_phases.py --preset llama-3.2-1b.
+_WIDEST = 4_096
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,8 +473,7 @@ def _block_n(features: int, reads: int, programs: int) -> int:
 
 def supports(*, dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int) -> bool:
     """Whether the kernel takes this shape: heads of a power of two from 16, and weight rows
-    of at most 8,192 (padded): a program holds a whole row of each tile in its registers, so
-    wider rows leave tiles of one or two rows, each program walking many of them."""
+    of at most 4,096 (padded; a program holds a whole row of each tile in its registers)."""
     if head_dim < 16 or head_dim & (head_dim - 1) or heads % kv_heads:
         return False
     widest = max(dim, heads * head_dim, hidden)
