@@ -85,3 +85,27 @@ def test_one_row_kernels_give_the_logits_of_the_step_they_replace(preset: str, p
     clear = (top2[:, 0] - top2[:, 1]) > 0.25
     assert clear.sum() >= 10, "steps with a clear pick (or the test says little)"
     assert torch.equal(on.argmax(-1)[clear], off.argmax(-1)[clear])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_kernels_that_fail_to_start_leave_the_compiled_step_and_say_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from openjarvis.runtime.torch import one_row
+
+    def fails(*_: object) -> None:
+        raise RuntimeError("no such kernel\nmore lines")
+
+    monkeypatch.setattr(one_row.OneRowStep, "__call__", fails)
+    settings = TorchSettings(
+        device="cuda", max_seq_len=128, seed=5, concurrency=2, compile=False,
+        engine_process=False,
+    )  # fmt: skip
+    engine = TorchEngine("tiny-llama", settings)
+    try:
+        state = engine.settings_dict()["one_row_kernel_state"]
+        assert state == "off: its kernels failed to start (RuntimeError: no such kernel)"
+        assert len(list(engine.generate_tokens([5, 6, 7], 4))) == 4  # the compiled step runs
+    finally:
+        engine.close()

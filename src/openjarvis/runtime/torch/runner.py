@@ -358,7 +358,20 @@ class Runner:
         if reason is not None:
             return f"off: {reason}"
         programs = torch.cuda.get_device_properties(self.device).multi_processor_count
-        self.one_row = OneRowStep(self.model, programs)
+        step = OneRowStep(self.model, programs)
+        # One step on the scratch block first, where its kernels compile: a Triton that cannot
+        # build them leaves the compiled step in place, said in the engine's settings.
+        zero = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        slot = torch.full_like(zero, SCRATCH_BLOCK * BLOCK_SIZE)
+        table = torch.full((1, self.table_width), SCRATCH_BLOCK, dtype=torch.int32)
+        try:
+            with torch.inference_mode():
+                step(zero, zero, slot, table.to(self.device))
+                torch.cuda.synchronize(self.device)
+        except Exception as error:  # a build or launch failure: the compiled step instead
+            lines = str(error).strip().splitlines() or [""]
+            return f"off: its kernels failed to start ({type(error).__name__}: {lines[0]})"
+        self.one_row = step
         return f"on: {programs} programs a launch"
 
     def _cache_blocks(self, concurrency: int, max_seq_len: int, dtype: torch.dtype) -> int:
