@@ -21,13 +21,9 @@ import triton
 import triton.language as tl
 
 from openjarvis.kernels.decode_layer import _barrier, _tile, _vector
+from openjarvis.runtime.torch.model import config_for
 
 __all__ = ["main"]
-
-SHAPES = {  # dim, q/k/v features, attention width, intermediate, layers
-    "gemma-3-270m": (640, 1536, 1024, 2048, 18),
-    "llama-3.2-1b": (2048, 3072, 2048, 8192, 16),
-}
 
 
 @triton.jit
@@ -181,10 +177,13 @@ def graph_ms(fn, steps: int = 200) -> float:  # type: ignore[no-untyped-def]  # 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--preset", default="gemma-3-270m", choices=sorted(SHAPES))
+    parser.add_argument("--preset", default="gemma-3-270m")
     args = parser.parse_args()
     torch.backends.cuda.preferred_blas_library("cublaslt")
-    dim, qkv_n, att, hidden, layers = SHAPES[args.preset]
+    c = config_for(args.preset)
+    dim, hidden, layers = c.dim, c.intermediate_size, c.n_layers
+    att = c.n_heads * c.head_dim
+    qkv_n = att + 2 * c.n_kv_heads * c.head_dim
     device = torch.device("cuda")
     programs = torch.cuda.get_device_properties(device).multi_processor_count
 

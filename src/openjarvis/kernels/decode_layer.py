@@ -44,6 +44,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from openjarvis.kernels.rope_kv import norm_weighted
+
 try:  # programmatic dependent launch's grid controls (Hopper on; Triton 3.4 on)
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 except ImportError:  # pragma: no cover - an older Triton: `pdl` is refused
@@ -116,12 +118,12 @@ def _residual_norm(  # type: ignore[no-untyped-def]  # a Triton function: triton
         extra = _vector(pending_ptr, DIM, DIM_P)
         if POST_NORM:
             rstd = tl.rsqrt(tl.sum(extra * extra, axis=0) / DIM + eps)
-            weight = tl.load(post_ptr + k, mask=inside, other=0.0).to(tl.float32)
-            extra = _round(extra * rstd * (OFFSET + weight), x_ptr)
+            weight = tl.load(post_ptr + k, mask=inside, other=0.0)
+            extra = _round(norm_weighted(extra * rstd, weight, OFFSET), x_ptr)
         value = _round(value + extra, x_ptr)
     rstd = tl.rsqrt(tl.sum(value * value, axis=0) / DIM + eps)
-    weight = tl.load(pre_ptr + k, mask=inside, other=0.0).to(tl.float32)
-    return value, _round(value * rstd * (OFFSET + weight), x_ptr)
+    weight = tl.load(pre_ptr + k, mask=inside, other=0.0)
+    return value, _round(norm_weighted(value * rstd, weight, OFFSET), x_ptr)
 
 
 @triton.jit
@@ -185,10 +187,10 @@ def _head_rows(  # type: ignore[no-untyped-def]  # a Triton function: triton typ
     swapped = swapped.to(tl.float32)
     if NORM:
         rstd = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
-        weight = tl.load(weight_ptr + column).to(tl.float32)
-        weight_swapped = tl.load(weight_ptr + partner).to(tl.float32)
-        x = _round(x * rstd * (OFFSET + weight), qkv)
-        swapped = _round(swapped * rstd * (OFFSET + weight_swapped), qkv)
+        weight = tl.load(weight_ptr + column)
+        weight_swapped = tl.load(weight_ptr + partner)
+        x = _round(norm_weighted(x * rstd, weight, OFFSET), qkv)
+        swapped = _round(norm_weighted(swapped * rstd, weight_swapped, OFFSET), qkv)
     return _round(x * cos[None, :] + swapped * sin[None, :], qkv)
 
 
@@ -540,7 +542,7 @@ def decode_layer(
         "N_O": _block_n(dim, att, programs), "N_13": _block_n(hidden, 2 * dim, programs),
         "N_2": _block_n(dim, hidden, programs), "HAS_PENDING": pending is not None,
         "SANDWICH": sandwich, "QK_NORM": qk_norm,
-        "OFFSET": weight_offset, "GLU": {"silu": 1, "gelu_tanh": 2}[activation],
+        "OFFSET": weight_offset != 0, "GLU": {"silu": 1, "gelu_tanh": 2}[activation],
     }  # fmt: skip
     assert not pdl or (0 not in phases and gdc_wait is not None), "PDL: separate launches"
     launch = {"launch_pdl": True} if pdl else {}  # an option older Tritons do not know
@@ -560,6 +562,6 @@ def final_norm(
     _final_norm_kernel[(1,)](
         scratch.x, scratch.down, norm if post_ffn is None else post_ffn, norm, scratch.normed,
         eps, DIM=dim, DIM_P=triton.next_power_of_2(dim), SANDWICH=post_ffn is not None,
-        OFFSET=weight_offset,
+        OFFSET=weight_offset != 0,
     )  # fmt: skip
     return scratch.normed

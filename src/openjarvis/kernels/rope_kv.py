@@ -14,7 +14,17 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-__all__ = ["rope_write_kv"]
+__all__ = ["norm_weighted", "rope_write_kv"]
+
+
+@triton.jit
+def norm_weighted(normed, weight, OFFSET: tl.constexpr):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    """An RMSNorm's output from the normed values (float32) and its weight: normed * w, or
+    normed + normed * w for a weight stored as w - 1 (Gemma), as the torch path's addcmul."""
+    weight = weight.to(tl.float32)
+    if OFFSET:
+        return normed + normed * weight
+    return normed * weight
 
 
 @triton.jit
@@ -61,13 +71,8 @@ def _rope_write_kv_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: t
         k_swapped = tl.load(k_weight_ptr + partner, mask=in_head, other=0.0)
         weight = tl.where(is_q, q_weight, k_weight)
         weight_swapped = tl.where(is_q, q_swapped, k_swapped)
-        x, swapped = x * rstd, swapped * rstd
-        if OFFSET:
-            x = x + x * weight.to(tl.float32)
-            swapped = swapped + swapped * weight_swapped.to(tl.float32)
-        else:
-            x = x * weight.to(tl.float32)
-            swapped = swapped * weight_swapped.to(tl.float32)
+        x = norm_weighted(x * rstd, weight, OFFSET)
+        swapped = norm_weighted(swapped * rstd, weight_swapped, OFFSET)
         x = x.to(dtype).to(tl.float32)  # the norm's output, kept in the model's dtype
         swapped = swapped.to(dtype).to(tl.float32)
     cos = tl.load(cos_ptr + position * HEAD_DIM + column, mask=in_head, other=0.0)

@@ -34,10 +34,6 @@ def supported(model: Transformer) -> str | None:
         return "a q/k/v bias"
     if config.attn_logit_softcap is not None:
         return "attention logit soft-capping"
-    first = model.layers[0]
-    assert isinstance(first, TransformerBlock)
-    if first.attention.n_heads != config.n_heads:
-        return "tensor parallelism"
     fits = supports(
         dim=config.dim, heads=config.n_heads, kv_heads=config.n_kv_heads,
         head_dim=config.head_dim, hidden=config.intermediate_size,

@@ -352,6 +352,8 @@ class Runner:
             return "off: not on a GPU"
         if not settings.cuda_graphs:  # each of a step's ~90 launches would pay Python's cost
             return "off: without CUDA graphs"
+        if self.world_size > 1:  # the kernel holds whole layers
+            return "off: tensor parallelism"
         from openjarvis.runtime.torch.one_row import OneRowStep, supported  # needs Triton
 
         reason = supported(self.model)
