@@ -24,7 +24,8 @@ def main() -> None:
     parser.add_argument(
         "--sweep",
         action="store_true",
-        help="also each phase alone at 4 warps a program, and attention at 32 and 128 keys a tile",
+        help="also each phase at 4 warps a program, attention at 16, 32 and 128 keys a tile, "
+        "and the five launches at 16 keys (with PDL where Triton has it)",
     )
     args = parser.parse_args()
     from openjarvis.kernels import decode_layer
@@ -65,19 +66,31 @@ def main() -> None:
         for name, (phases, pdl) in layers.items():
             one_row = OneRowStep(model, programs, phases=phases, pdl=pdl)
             results[f"{name}_ms"] = round(graph_ms(lambda o=one_row: o(*step), 300), 4)
-        # The sweep sets the module's launch constants (the engine's stay as they are).
-        sweeps = [("warps", "_WARPS", 4, five), ("tile", "_TILE", 32, (2,))]
-        sweeps += [("tile", "_TILE", 128, (2,))]
-        for label, constant, value, phases in sweeps if args.sweep else []:
-            kept = getattr(decode_layer, constant)
-            setattr(decode_layer, constant, value)
+        # The sweep sets the module's launch constants (the engine's stay as they are): each
+        # phase at 4 warps; attention at other key tiles (16 and 32 spill nothing, 64 does:
+        # benchmarks/kernel_resources.py); the five launches at 16 keys, with and without PDL.
+        alone = tuple((p,) for p in five)
+        sweeps: list[tuple[str, dict[str, int], tuple[tuple[int, ...], ...], bool]] = [
+            ("warps_4", {"_WARPS": 4, "_ATTENTION_WARPS": 4}, alone, False),
+            *((f"tile_{t}", {"_TILE": t}, ((2,),), False) for t in (16, 32, 128)),
+            ("tile_16", {"_TILE": 16}, ((0,), five), False),
+        ]
+        if gdc_wait is not None:
+            sweeps.append(("tile_16_pdl", {"_TILE": 16}, (five,), True))
+        for label, changes, runs, pdl in sweeps if args.sweep else []:
+            kept = {name: getattr(decode_layer, name) for name in changes}
+            for name, value in changes.items():
+                setattr(decode_layer, name, value)
             try:
-                for phase in phases:
-                    one_row = OneRowStep(model, programs, phases=(phase,))
+                for phases in runs:
+                    one_row = OneRowStep(model, programs, phases=phases, pdl=pdl)
                     ms = graph_ms(lambda o=one_row: o(*step), 300)
-                    results[f"phase_{phase}_alone_{label}_{value}_ms"] = round(ms, 4)
+                    what = "five_launches" if len(phases) > 1 else f"phase_{phases[0]}_alone"
+                    what = "one_launch" if phases == (0,) else what
+                    results[f"{what}_{label}_ms"] = round(ms, 4)
             finally:
-                setattr(decode_layer, constant, kept)
+                for name, value in kept.items():
+                    setattr(decode_layer, name, value)
         head = model.output.weight
         row = torch.randn(1, config.dim, device=device, dtype=dtype)
         results["head_ms"] = round(graph_ms(lambda: torch.nn.functional.linear(row, head), 300), 4)

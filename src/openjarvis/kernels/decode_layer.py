@@ -51,7 +51,16 @@ try:  # programmatic dependent launch's grid controls (Hopper on; Triton 3.4 on)
 except ImportError:  # pragma: no cover - an older Triton: `pdl` is refused
     gdc_launch_dependents = gdc_wait = None
 
-__all__ = ["PHASES", "DecodeScratch", "LayerTensors", "decode_layer", "final_norm", "supports"]
+__all__ = [
+    "PHASES",
+    "DecodeScratch",
+    "LayerTensors",
+    "decode_layer",
+    "final_norm",
+    "launch_constants",
+    "supports",
+    "warps",
+]
 
 PHASES = 5
 
@@ -405,7 +414,8 @@ def _final_norm_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: trit
 
 
 _TILE = 64  # key positions an attention part reads per iteration: one for a short context
-_WARPS = 8  # warps a program (benchmarks/one_row_phases.py --sweep times 4 and other tiles)
+_WARPS = 8  # warps a program of the other phases
+_ATTENTION_WARPS = 8  # warps a program of attention (phase B)
 _MOST_TILE = 32_768  # weight elements a program's tile holds at most (registers)
 # The longest weight row taken (padded): measured only on the embedded Gemma 3 270M's (2,048).
 # Wider rows leave a program tiles of a few rows, several a phase: 1B shapes (Llama 3.2's
@@ -449,14 +459,12 @@ class DecodeScratch:
             return torch.zeros(size, dtype=dtype, device=device)
 
         self.programs = programs
-        self.splits = max(1, programs // kv_heads)
-        self.queries = max(16, triton.next_power_of_2(heads // kv_heads))
         self.x, self.between, self.down = vector(dim), vector(dim), vector(dim)
         self.normed = vector(dim)  # the step's output: the last residual after the final norm
         self.qkv = vector((heads + 2 * kv_heads) * head_dim)
         self.attended, self.out = vector(heads * head_dim), vector(dim)
         self.active = vector(hidden)
-        parts = heads * self.splits
+        parts = heads * _splits(programs, kv_heads)
         self.best = torch.zeros(parts, dtype=torch.float32, device=device)
         self.total = torch.zeros(parts, dtype=torch.float32, device=device)
         self.acc = torch.zeros(parts, head_dim, dtype=torch.float32, device=device)
@@ -471,6 +479,47 @@ def _block_n(features: int, reads: int, programs: int) -> int:
     while block > 1 and block * triton.next_power_of_2(reads) > _MOST_TILE:
         block //= 2
     return block
+
+
+def _splits(programs: int, kv_heads: int) -> int:
+    """Attention parts a KV head's keys may be split into: its share of the programs."""
+    return max(1, programs // kv_heads)
+
+
+def warps(phase: int) -> int:
+    """Warps a program of `phase` (0: the persistent launch of all five)."""
+    return _ATTENTION_WARPS if phase == 2 else _WARPS
+
+
+def launch_constants(
+    *,
+    dim: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    hidden: int,
+    block: int,
+    programs: int,
+    qk_norm: bool,
+    sandwich: bool,
+    offset: bool,
+    activation: str,
+) -> dict[str, int | bool]:
+    """The kernel's compile-time constants for a layer of this shape on `programs` programs,
+    but for those of a layer or launch (HAS_PENDING, EMBED, PHASE, PDL). `block`: positions a
+    cache block holds."""
+    att, qkv = heads * head_dim, (heads + 2 * kv_heads) * head_dim
+    return {
+        "DIM": dim, "DIM_P": triton.next_power_of_2(dim), "HEADS": heads, "KV_HEADS": kv_heads,
+        "HEAD_DIM": head_dim, "HIDDEN": hidden, "HIDDEN_P": triton.next_power_of_2(hidden),
+        "ATT_P": triton.next_power_of_2(att), "BLOCK": block, "TILE": _TILE,
+        "SPLITS": _splits(programs, kv_heads),
+        "QUERIES": max(16, triton.next_power_of_2(heads // kv_heads)),  # tl.dot's least rows
+        "N_QKV": _block_n(qkv, dim, programs), "N_O": _block_n(dim, att, programs),
+        "N_13": _block_n(hidden, 2 * dim, programs), "N_2": _block_n(dim, hidden, programs),
+        "SANDWICH": sandwich, "QK_NORM": qk_norm, "OFFSET": offset,
+        "GLU": {"silu": 1, "gelu_tanh": 2}[activation],
+    }  # fmt: skip
 
 
 def supports(*, dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int) -> bool:
@@ -532,24 +581,17 @@ def decode_layer(
         s.qkv, s.best, s.total, s.acc, s.arrivals, s.attended, s.out, s.active, s.down,
         s.barriers[index:], scale, eps, layer.window,
     )  # fmt: skip
-    att = heads * head_dim
-    constants = {
-        "DIM": dim, "DIM_P": triton.next_power_of_2(dim), "HEADS": heads, "KV_HEADS": kv_heads,
-        "HEAD_DIM": head_dim, "HIDDEN": hidden, "HIDDEN_P": triton.next_power_of_2(hidden),
-        "ATT_P": triton.next_power_of_2(att), "BLOCK": block, "TILE": _TILE,
-        "SPLITS": s.splits, "QUERIES": s.queries,
-        "N_QKV": _block_n((heads + 2 * kv_heads) * head_dim, dim, programs),
-        "N_O": _block_n(dim, att, programs), "N_13": _block_n(hidden, 2 * dim, programs),
-        "N_2": _block_n(dim, hidden, programs), "HAS_PENDING": pending is not None,
-        "SANDWICH": sandwich, "QK_NORM": qk_norm,
-        "OFFSET": weight_offset != 0, "GLU": {"silu": 1, "gelu_tanh": 2}[activation],
-    }  # fmt: skip
+    constants = launch_constants(
+        dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, hidden=hidden, block=block,
+        programs=programs, qk_norm=qk_norm, sandwich=sandwich, offset=weight_offset != 0,
+        activation=activation,
+    )  # fmt: skip
     assert not pdl or (0 not in phases and gdc_wait is not None), "PDL: separate launches"
     launch = {"launch_pdl": True} if pdl else {}  # an option older Tritons do not know
     for phase in phases:
         decode_layer_kernel[(programs,)](
-            *arguments, **constants, PHASE=phase, PDL=pdl, EMBED=embed is not None,
-            num_warps=_WARPS, **launch,
+            *arguments, **constants, HAS_PENDING=pending is not None, EMBED=embed is not None,
+            PHASE=phase, PDL=pdl, num_warps=warps(phase), **launch,
         )  # fmt: skip
 
 

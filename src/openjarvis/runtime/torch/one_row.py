@@ -15,11 +15,12 @@ from openjarvis.kernels.decode_layer import (
     LayerTensors,
     decode_layer,
     final_norm,
+    launch_constants,
     supports,
 )
-from openjarvis.runtime.torch.model import RMSNorm, Transformer, TransformerBlock
+from openjarvis.runtime.torch.model import ModelConfig, RMSNorm, Transformer, TransformerBlock
 
-__all__ = ["LAUNCHES", "OneRowStep", "supported"]
+__all__ = ["LAUNCHES", "OneRowStep", "kernel_constants", "supported"]
 
 # A layer's phases one launch each: on an H200 the embedded shape's 18 layers took 0.474 ms
 # so against 0.542 as one persistent launch a layer (its barriers cost more than the launches
@@ -39,6 +40,19 @@ def supported(model: Transformer) -> str | None:
         head_dim=config.head_dim, hidden=config.intermediate_size,
     )  # fmt: skip
     return None if fits else "a shape the kernel's tiles do not fit"
+
+
+def kernel_constants(config: ModelConfig, *, block: int, programs: int) -> dict[str, object]:
+    """The layer kernel's constants for a middle layer of this model (its down output pending,
+    the residual in scratch) on `programs` programs, the cache in blocks of `block` positions:
+    what a compile of it without a GPU needs, but PHASE and PDL (kernels/sm90.py)."""
+    constants = launch_constants(
+        dim=config.dim, heads=config.n_heads, kv_heads=config.n_kv_heads,
+        head_dim=config.head_dim, hidden=config.intermediate_size, block=block,
+        programs=programs, qk_norm=config.qk_norm, sandwich=config.sandwich_norms,
+        offset=config.norm_weight_offset != 0, activation=config.activation,
+    )  # fmt: skip
+    return {**constants, "HAS_PENDING": True, "EMBED": False}
 
 
 def _weight(module: torch.nn.Module) -> Tensor | None:
