@@ -115,6 +115,11 @@ def main() -> None:
         help="one-row steps by the compiled step, not the kernel",
     )
     parser.add_argument(
+        "--one-row-pdl",
+        action="store_true",
+        help="the kernel's launches each starting while the one before runs (PDL)",
+    )
+    parser.add_argument(
         "--max-seq-len",
         type=int,
         help="the engine's context (default: prompt + tokens + 16; ipw measure's is 4096)",
@@ -144,6 +149,7 @@ def main() -> None:
         concurrency=max(batches),
         compile=not args.no_compile,
         one_row_kernel=not args.no_one_row,
+        one_row_pdl=args.one_row_pdl,
         compile_mode=args.compile_mode,
         decode_prompt_rows=args.prompt_rows,
         # torch_step.py's parts time the runner itself, which only an in-process core has:

@@ -35,19 +35,23 @@ def test_a_model_the_kernel_does_not_take_is_named_with_the_reason() -> None:
     assert reason("llama-3.2-1b") == "a shape the kernel's tiles do not fit"  # not measured
 
 
-def _logits(preset: str, one_row: bool, tokens: list[int], prompt: int) -> "torch.Tensor":
+def _logits(
+    preset: str, one_row: bool, tokens: list[int], prompt: int, pdl: bool = False
+) -> "torch.Tensor":
     """Float32 logits [steps, vocab]: the prompt's prefill, then one-row decode steps of the
     same tokens (teacher-forced: both runs see the same inputs whatever they would pick)."""
     from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
 
     settings = TorchSettings(
         device="cuda", max_seq_len=128, seed=5, concurrency=4, compile=False,
-        one_row_kernel=one_row, engine_process=False,  # the runner in this process
+        one_row_kernel=one_row, one_row_pdl=pdl,
+        engine_process=False,  # the runner in this process
     )  # fmt: skip
     engine = TorchEngine(preset, settings)
     try:
         state = str(engine.settings_dict()["one_row_kernel_state"])
         assert state.startswith("on" if one_row else "off"), state
+        assert state.endswith(", PDL") == pdl, state
         runner = engine._core.runner  # type: ignore[union-attr]
         table = torch.arange(1, runner.table_width + 1, dtype=torch.int32).view(1, -1)
         positions = torch.arange(len(tokens)).view(1, -1)
@@ -85,6 +89,20 @@ def test_one_row_kernels_give_the_logits_of_the_step_they_replace(preset: str, p
     clear = (top2[:, 0] - top2[:, 1]) > 0.25
     assert clear.sum() >= 10, "steps with a clear pick (or the test says little)"
     assert torch.equal(on.argmax(-1)[clear], off.argmax(-1)[clear])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_launches_that_start_early_give_the_same_logits() -> None:
+    """Programmatic dependent launch (`one_row_pdl`) inside the engine's CUDA graph: each launch
+    waits for the one before before it reads, so the logits are the plain launches' exactly."""
+    from openjarvis.kernels.decode_layer import gdc_wait
+
+    if gdc_wait is None:
+        pytest.skip("this Triton has no grid dependency controls")
+    tokens = [(7 * i + 3) % 250 for i in range(60)]
+    early = _logits("tiny-gemma3", True, tokens, 20, pdl=True)
+    torch.testing.assert_close(early, _logits("tiny-gemma3", True, tokens, 20), atol=0, rtol=0)
 
 
 @pytest.mark.gpu

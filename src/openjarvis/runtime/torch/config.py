@@ -59,6 +59,10 @@ class TorchSettings:
     # launches a layer) where the model fits it (GPU, one process): a small model's
     # one-sequence step is otherwise hundreds of kernels each too short to fill the GPU.
     one_row_kernel: bool = True
+    # Each of those launches starting while the one before runs, its weights loaded before it
+    # waits (programmatic dependent launch: Hopper on, Triton 3.4 on). Off until measured end to
+    # end (benchmarks/gpu_one_row.sh).
+    one_row_pdl: bool = False
     seed: int = 0  # random-weights mode only
     # Run the engine's core (scheduler, step loop, rank 0's model) in a process of its own, so
     # that the step loop has an interpreter to itself. None: on the GPU, where the host's pace

@@ -354,13 +354,15 @@ class Runner:
             return "off: without CUDA graphs"
         if self.world_size > 1:  # the kernel holds whole layers
             return "off: tensor parallelism"
-        from openjarvis.runtime.torch.one_row import OneRowStep, supported  # needs Triton
+        from openjarvis.kernels.decode_layer import gdc_wait  # needs Triton
+        from openjarvis.runtime.torch.one_row import OneRowStep, supported
 
         reason = supported(self.model)
         if reason is not None:
             return f"off: {reason}"
         programs = torch.cuda.get_device_properties(self.device).multi_processor_count
-        step = OneRowStep(self.model, programs)
+        pdl = settings.one_row_pdl and gdc_wait is not None
+        step = OneRowStep(self.model, programs, pdl=pdl)
         # One step on the scratch block first, where its kernels compile: a Triton that cannot
         # build them leaves the compiled step in place, said in the engine's settings.
         zero = torch.zeros(1, 1, dtype=torch.long, device=self.device)
@@ -374,7 +376,10 @@ class Runner:
             lines = str(error).strip().splitlines() or [""]
             return f"off: its kernels failed to start ({type(error).__name__}: {lines[0]})"
         self.one_row = step
-        return f"on: {programs} programs a launch"
+        note = f"on: {programs} programs a launch"
+        if settings.one_row_pdl:
+            note += ", PDL" if pdl else ", no PDL (this Triton has no grid dependency controls)"
+        return note
 
     def _cache_blocks(self, concurrency: int, max_seq_len: int, dtype: torch.dtype) -> int:
         """Blocks for concurrency full-length sequences, or what fits in the free memory (the
