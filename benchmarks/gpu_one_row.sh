@@ -17,7 +17,7 @@ has() { [[ " $parts " == *" $1 "* ]]; }
 has tests && timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests/kernels/test_decode_layer.py \
   tests/runtime_torch/test_one_row.py > "$out/one_row_tests.txt" 2>&1
 has tests && tail -n 1 "$out/one_row_tests.txt"
-has phases && timeout 150 python3 benchmarks/one_row_phases.py --preset gemma-3-270m --context 400 --sweep \
+has phases && timeout 300 python3 benchmarks/one_row_phases.py --preset gemma-3-270m --context 400 --sweep \
   > "$out/one_row_phases.txt" 2>&1
 has phases && grep '^{' "$out/one_row_phases.txt"
 has batch && for flag in "" --no-one-row --one-row-pdl; do

@@ -21,16 +21,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preset", default="gemma-3-270m")
     parser.add_argument("--programs", type=int, default=132, help="the grid: one per SM")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a launch constant of kernels/decode_layer.py for this run (_TILE=16, _WARPS=4, ...)",
+    )
     args = parser.parse_args()
+    from openjarvis.kernels import decode_layer
     from openjarvis.kernels.decode_layer import PHASES, decode_layer_kernel, warps
     from openjarvis.kernels.paged_attention import _paged_attention_kernel, tile_for
     from openjarvis.kernels.sm90 import Resources, compile_sm90, fit_together
     from openjarvis.runtime.torch.model import config_for
     from openjarvis.runtime.torch.one_row import kernel_constants
 
+    for change in args.set:
+        name, value = change.split("=")
+        assert isinstance(getattr(decode_layer, name), int), f"not a launch constant: {name}"
+        setattr(decode_layer, name, int(value))
     config = config_for(args.preset)
     layer = kernel_constants(config, block=16, programs=args.programs)
-    print(f"Triton {triton.__version__}, {args.preset}, {args.programs} programs")
+    print(f"Triton {triton.__version__}, {args.preset}, {args.programs} programs", *args.set)
 
     def phase(number: int, **changes: int) -> Resources:
         count = changes.pop("warps", warps(number))

@@ -24,8 +24,8 @@ def main() -> None:
     parser.add_argument(
         "--sweep",
         action="store_true",
-        help="also each phase at 4 warps a program, attention at 16, 32 and 128 keys a tile, "
-        "and the five launches at 16 keys (with PDL where Triton has it)",
+        help="also each phase at 4 warps a program, attention at other tiles and combines, "
+        "and the five launches at other shapes (with PDL where Triton has it)",
     )
     args = parser.parse_args()
     from openjarvis.kernels import decode_layer
@@ -68,15 +68,25 @@ def main() -> None:
             results[f"{name}_ms"] = round(graph_ms(lambda o=one_row: o(*step), 300), 4)
         # The sweep sets the module's launch constants (the engine's stay as they are): each
         # phase at 4 warps; attention at other key tiles (16 and 32 spill nothing, 64 does:
-        # benchmarks/kernel_resources.py); the five launches at 16 keys, with and without PDL.
+        # benchmarks/kernel_resources.py) and its parts combined several a load; the five
+        # launches at 16 keys; and a build whose every phase fits beside the one before (tiles
+        # of at most 8,192 weights, attention at 4 warps), with and without PDL.
         alone = tuple((p,) for p in five)
+        fit = {"_MOST_TILE": 8192, "_TILE": 16, "_ATTENTION_WARPS": 4, "_COMBINE": 16}
         sweeps: list[tuple[str, dict[str, int], tuple[tuple[int, ...], ...], bool]] = [
             ("warps_4", {"_WARPS": 4, "_ATTENTION_WARPS": 4}, alone, False),
             *((f"tile_{t}", {"_TILE": t}, ((2,),), False) for t in (16, 32, 128)),
+            ("tile_64_combine_8", {"_COMBINE": 8}, ((2,),), False),
+            *(
+                (f"tile_16_combine_{c}", {"_TILE": 16, "_COMBINE": c}, ((2,), five), False)
+                for c in (8, 16)
+            ),
             ("tile_16", {"_TILE": 16}, ((0,), five), False),
+            ("fit", fit, ((0,), five), False),
         ]
         if gdc_wait is not None:
-            sweeps.append(("tile_16_pdl", {"_TILE": 16}, (five,), True))
+            sweeps.append(("tile_16_combine_16_pdl", {"_TILE": 16, "_COMBINE": 16}, (five,), True))
+            sweeps.append(("fit_pdl", fit, (five,), True))
         for label, changes, runs, pdl in sweeps if args.sweep else []:
             kept = {name: getattr(decode_layer, name) for name in changes}
             for name, value in changes.items():

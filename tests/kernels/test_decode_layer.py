@@ -8,7 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from openjarvis.runtime.torch.model import Transformer, config_for  # noqa: E402
+from dataclasses import replace  # noqa: E402
+
+from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for  # noqa: E402
 from openjarvis.runtime.torch.paged import Layout  # noqa: E402
 from tests.kernels.triton_device import KERNEL_MARKS, kernel_device  # noqa: E402
 
@@ -17,9 +19,9 @@ pytestmark = KERNEL_MARKS
 BLOCK_SIZE = 16
 
 
-def _model(preset: str, device: str, dtype: "torch.dtype") -> Transformer:
+def _model(preset: "str | ModelConfig", device: str, dtype: "torch.dtype") -> Transformer:
     torch.manual_seed(0)
-    model = Transformer(config_for(preset))
+    model = Transformer(config_for(preset) if isinstance(preset, str) else preset)
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.dim() == 1:  # norms: away from their identity
@@ -98,3 +100,38 @@ def test_one_row_step_gives_the_models_hidden_state_and_cache(
     torch.testing.assert_close(got, expected, **tolerance)
     for got_cache, expected_cache in zip(got_caches, expected_caches, strict=True):
         torch.testing.assert_close(got_cache, expected_cache, **tolerance)
+
+
+@pytest.mark.parametrize("combine", [1, 2, 4])
+def test_attention_parts_combined_a_few_at_a_time_give_the_same_step(
+    combine: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys in tiles of 16 over 12 programs: at 100 positions each of the two KV heads has
+    six programs and four parts of 32 keys, combined one, two or four a load (masked past the
+    fourth); three query heads a KV head (a group padded to four, as Llama 3.2 3B's): the
+    model's hidden state either way."""
+    from openjarvis.kernels import decode_layer
+    from openjarvis.runtime.torch.one_row import OneRowStep
+
+    monkeypatch.setattr(decode_layer, "_TILE", 16)
+    monkeypatch.setattr(decode_layer, "_COMBINE", combine)
+    device = kernel_device()
+    assert device is not None
+    programs = 12 if device == "cpu" else torch.cuda.get_device_properties(0).multi_processor_count
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = _model(replace(config_for("tiny-llama"), n_heads=6), device, dtype)
+    assert model.config.n_kv_heads == 2
+    prompt = 100
+    table = torch.arange(1, 9, dtype=torch.int32, device=device).view(1, -1)
+    tokens = torch.randint(0, model.config.vocab_size, (1, prompt + 1), device=device)
+    positions = torch.arange(prompt + 1, device=device).view(1, -1)
+    slots = table[0, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+    with torch.no_grad():
+        model(tokens[:, :prompt], Layout(positions[:, :prompt], slots[:, :prompt], table))
+        before = _caches(model)
+        step = (tokens[:, prompt:], positions[:, prompt:], slots[:, prompt:], table)
+        expected = model.norm(model.hidden(step[0], Layout(*step[1:]))[:, -1])
+        _restore(model, before)
+        got = OneRowStep(model, programs)(*step)
+    tolerance = 3e-2 if dtype == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(got, expected, atol=tolerance, rtol=tolerance)

@@ -221,12 +221,50 @@ def _kv_tile(  # type: ignore[no-untyped-def]  # a Triton function: triton types
 
 
 @triton.jit
+def _combine(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    best_ptr, total_ptr, acc_ptr, attended, kv_head, used,
+    GROUP: tl.constexpr, GROUP_P: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr,
+    COMBINE: tl.constexpr,
+):  # fmt: skip
+    """A KV head's parts 0 .. used - 1 rescaled to their common max and summed, COMBINE parts a
+    load (the loads of one go in flight together; each load waits for the last): its query
+    heads' attention rows, written to `attended`."""
+    queries = tl.arange(0, GROUP_P)
+    real = queries < GROUP  # GROUP_P pads to a power of two
+    parts = tl.arange(0, COMBINE)[:, None]
+    dims = tl.arange(0, HEAD_DIM)
+    top = tl.full([GROUP_P], float("-inf"), tl.float32)
+    total = tl.zeros([GROUP_P], tl.float32)
+    acc = tl.zeros([GROUP_P, HEAD_DIM], tl.float32)
+    for start in range(0, used, COMBINE):
+        part = start + parts
+        inside = (part < used) & real[None, :]  # [COMBINE, GROUP_P]
+        rows = (kv_head * SPLITS + part) * GROUP + queries[None, :]
+        # Parts past `used` weigh exp(-inf) = 0; padding rows go NaN, and are never stored.
+        best = tl.load(best_ptr + rows, mask=inside, other=float("-inf"), cache_modifier=".cg")
+        part_total = tl.load(total_ptr + rows, mask=inside, other=0.0, cache_modifier=".cg")
+        part_acc = tl.load(
+            acc_ptr + rows[:, :, None] * HEAD_DIM + dims[None, None, :], mask=inside[:, :, None],
+            other=0.0, cache_modifier=".cg",
+        )  # fmt: skip
+        new_top = tl.maximum(top, tl.max(best, axis=0))  # each load has a part: finite
+        old, this = tl.exp(top - new_top), tl.exp(best - new_top[None, :])
+        total = total * old + tl.sum(part_total * this, axis=0)
+        acc = acc * old[:, None] + tl.sum(part_acc * this[:, :, None], axis=0)
+        top = new_top
+    out = acc / total[:, None]
+    place = attended + (kv_head * GROUP + queries)[:, None] * HEAD_DIM + dims[None, :]
+    tl.store(place, out.to(attended.dtype.element_ty), mask=real[:, None])
+
+
+@triton.jit
 def _attention(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
     qkv, position, slot_ptr, table, k_cache, v_cache, cos_ptr, sin_ptr, q_norm, k_norm,
     best_ptr, total_ptr, acc_ptr, arrivals, attended, scale, eps, window, pid, bar, target,
-    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, QUERIES: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr, SPLITS: tl.constexpr,
-    NORM: tl.constexpr, OFFSET: tl.constexpr, WAIT: tl.constexpr,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_P: tl.constexpr,
+    QUERIES: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr,
+    SPLITS: tl.constexpr, COMBINE: tl.constexpr, NORM: tl.constexpr, OFFSET: tl.constexpr,
+    WAIT: tl.constexpr,
 ):  # fmt: skip
     """Phase B: the row's attention, program i the part i % SPLITS of KV head i // SPLITS
     (parts of whole tiles, as many as the keys need). Its first tile of cached keys and values
@@ -300,28 +338,10 @@ def _attention(  # type: ignore[no-untyped-def]  # a Triton function: triton typ
         tl.debug_barrier()
         arrived = tl.atomic_add(arrivals + kv_head, 1, sem="acq_rel", scope="gpu")
         if arrived == used - 1:
-            top = tl.full([QUERIES], float("-inf"), tl.float32)
-            total = tl.zeros([QUERIES], tl.float32)
-            acc = tl.zeros([QUERIES, HEAD_DIM], tl.float32)
-            for index in range(0, used):
-                part_rows = (kv_head * SPLITS + index) * GROUP + queries
-                best = tl.load(best_ptr + part_rows, mask=real, other=0.0, cache_modifier=".cg")
-                new_top = tl.maximum(top, best)
-                old, this = tl.exp(top - new_top), tl.exp(best - new_top)
-                part_total = tl.load(
-                    total_ptr + part_rows, mask=real, other=0.0, cache_modifier=".cg"
-                )
-                part_acc = tl.load(
-                    acc_ptr + part_rows[:, None] * HEAD_DIM + dims[None, :], mask=real[:, None],
-                    other=0.0, cache_modifier=".cg",
-                )  # fmt: skip
-                total = total * old + part_total * this
-                acc = acc * old[:, None] + part_acc * this[:, None]
-                top = new_top
-            out = acc / tl.where(real, total, 1.0)[:, None]
-            heads = kv_head * GROUP + queries
-            place = attended + heads[:, None] * HEAD_DIM + dims[None, :]
-            tl.store(place, out.to(attended.dtype.element_ty), mask=real[:, None])
+            _combine(
+                best_ptr, total_ptr, acc_ptr, attended, kv_head, used, GROUP, GROUP_P, HEAD_DIM,
+                SPLITS, COMBINE,
+            )  # fmt: skip
             tl.store(arrivals + kv_head, 0)
 
 
@@ -343,7 +363,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
     DIM: tl.constexpr, DIM_P: tl.constexpr, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr, HIDDEN: tl.constexpr, HIDDEN_P: tl.constexpr,
     ATT_P: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr, SPLITS: tl.constexpr,
-    QUERIES: tl.constexpr,
+    GROUP_P: tl.constexpr, QUERIES: tl.constexpr, COMBINE: tl.constexpr,
     N_QKV: tl.constexpr, N_O: tl.constexpr, N_13: tl.constexpr, N_2: tl.constexpr,
     HAS_PENDING: tl.constexpr, SANDWICH: tl.constexpr, QK_NORM: tl.constexpr,
     OFFSET: tl.constexpr, GLU: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr,
@@ -379,7 +399,8 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
         _attention(
             qkv, position, slot_ptr, table, k_cache, v_cache, cos_ptr, sin_ptr, q_norm, k_norm,
             best, total, acc, arrivals, attended, scale, eps, window, pid, bar, P, HEADS,
-            KV_HEADS, GROUP, QUERIES, HEAD_DIM, BLOCK, TILE, SPLITS, QK_NORM, OFFSET, WAIT,
+            KV_HEADS, GROUP, GROUP_P, QUERIES, HEAD_DIM, BLOCK, TILE, SPLITS, COMBINE, QK_NORM,
+            OFFSET, WAIT,
         )  # fmt: skip
     if PHASE == 0 or PHASE == 3:
         _plain_products(wo, attended, out, bar, 2 * P, pid, P, DIM, ATT, ATT_P, N_O, WAIT)
@@ -414,6 +435,8 @@ def _final_norm_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: trit
 
 
 _TILE = 64  # key positions an attention part reads per iteration: one for a short context
+# Attention parts the combining program loads at once (1: one after another, as measured).
+_COMBINE = 1
 _WARPS = 8  # warps a program of the other phases
 _ATTENTION_WARPS = 8  # warps a program of attention (phase B)
 _MOST_TILE = 32_768  # weight elements a program's tile holds at most (registers)
@@ -514,7 +537,9 @@ def launch_constants(
         "HEAD_DIM": head_dim, "HIDDEN": hidden, "HIDDEN_P": triton.next_power_of_2(hidden),
         "ATT_P": triton.next_power_of_2(att), "BLOCK": block, "TILE": _TILE,
         "SPLITS": _splits(programs, kv_heads),
+        "GROUP_P": triton.next_power_of_2(heads // kv_heads),
         "QUERIES": max(16, triton.next_power_of_2(heads // kv_heads)),  # tl.dot's least rows
+        "COMBINE": _COMBINE,
         "N_QKV": _block_n(qkv, dim, programs), "N_O": _block_n(dim, att, programs),
         "N_13": _block_n(hidden, 2 * dim, programs), "N_2": _block_n(dim, hidden, programs),
         "SANDWICH": sandwich, "QK_NORM": qk_norm, "OFFSET": offset,
