@@ -102,12 +102,17 @@ def test_one_row_step_gives_the_models_hidden_state_and_cache(
         torch.testing.assert_close(got_cache, expected_cache, **tolerance)
 
 
-@pytest.mark.parametrize("combine", [1, 2, 4])
-def test_attention_parts_combined_a_few_at_a_time_give_the_same_step(
-    combine: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("combine", "most_tile", "programs"),
+    # Parts combined 1, 2 or 4 a load; then tiles of one feature, several a program (each
+    # next one loaded while this one is multiplied: `AHEAD`), on three programs.
+    [(1, None, 12), (2, None, 12), (4, None, 12), (1, 16, 3)],
+)
+def test_attention_parts_and_tiles_several_a_program_give_the_same_step(
+    combine: int, most_tile: int | None, programs: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Keys in tiles of 16 over 12 programs: at 100 positions each of the two KV heads has
-    six programs and four parts of 32 keys, combined one, two or four a load (masked past the
+    """Keys in tiles of 16: at 100 positions over 12 programs each of the two KV heads has six
+    programs and four parts of 32 keys, combined one, two or four a load (masked past the
     fourth); three query heads a KV head (a group padded to four, as Llama 3.2 3B's): the
     model's hidden state either way."""
     from openjarvis.kernels import decode_layer
@@ -115,12 +120,22 @@ def test_attention_parts_combined_a_few_at_a_time_give_the_same_step(
 
     monkeypatch.setattr(decode_layer, "_TILE", 16)
     monkeypatch.setattr(decode_layer, "_COMBINE", combine)
+    if most_tile is not None:
+        monkeypatch.setattr(decode_layer, "_MOST_TILE", most_tile)
     device = kernel_device()
     assert device is not None
-    programs = 12 if device == "cpu" else torch.cuda.get_device_properties(0).multi_processor_count
+    if device == "cuda":
+        programs = torch.cuda.get_device_properties(0).multi_processor_count
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = _model(replace(config_for("tiny-llama"), n_heads=6), device, dtype)
-    assert model.config.n_kv_heads == 2
+    config = model.config
+    assert config.n_kv_heads == 2
+    constants = decode_layer.launch_constants(
+        dim=config.dim, heads=config.n_heads, kv_heads=2, head_dim=config.head_dim,
+        hidden=config.intermediate_size, block=BLOCK_SIZE, programs=programs, qk_norm=False,
+        sandwich=False, offset=False, activation="silu",
+    )  # fmt: skip
+    assert constants["AHEAD"] == (most_tile is not None)
     prompt = 100
     table = torch.arange(1, 9, dtype=torch.int32, device=device).view(1, -1)
     tokens = torch.randint(0, model.config.vocab_size, (1, prompt + 1), device=device)

@@ -139,14 +139,21 @@ def _residual_norm(  # type: ignore[no-untyped-def]  # a Triton function: triton
 def _products(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
     w, row, out, first, first_up, pid, P,
     N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr, GLU: tl.constexpr,
+    AHEAD: tl.constexpr,
 ):  # fmt: skip
     """out[N] = w @ row, the program's tiles (the first preloaded); with GLU (1 silu, 2 gelu
-    tanh) w is [gate; up] ([2 N, K]) and out act(gate) * up."""
+    tanh) w is [gate; up] ([2 N, K]) and out act(gate) * up. AHEAD: a program has several
+    tiles, and loads each next one before it multiplies this one (zeros past the last: masked,
+    no traffic)."""
     tiles = tl.cdiv(N, BLOCK_N)
+    tile, up_tile = first, first_up
     for t in range(pid, tiles, P):
-        if t == pid:
-            tile, up_tile = first, first_up
-        else:
+        if AHEAD:
+            next_tile = _tile(w, t + P, N, K, KP, BLOCK_N)
+            next_up = next_tile
+            if GLU != 0:
+                next_up = _tile(w + N * K, t + P, N, K, KP, BLOCK_N)
+        elif t != pid:
             tile = _tile(w, t, N, K, KP, BLOCK_N)
             up_tile = tile
             if GLU != 0:
@@ -163,19 +170,22 @@ def _products(  # type: ignore[no-untyped-def]  # a Triton function: triton type
             result = _round(active, out) * up
         n = t * BLOCK_N + tl.arange(0, BLOCK_N)
         tl.store(out + n, result.to(out.dtype.element_ty), mask=n < N)
+        if AHEAD:
+            tile, up_tile = next_tile, next_up
 
 
 @triton.jit
 def _plain_products(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
     w, row_ptr, out, bar, target, pid, P,
     N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr, WAIT: tl.constexpr,
+    AHEAD: tl.constexpr,
 ):  # fmt: skip
     """out = w @ row (a vector written by the phase before): the first tile loaded, then the
     wait (`_wait`), then the row and the products."""
     first = _tile(w, pid, N, K, KP, BLOCK_N)
     _wait(bar, target, WAIT)
     row = _vector(row_ptr, K, KP)
-    _products(w, row, out, first, first, pid, P, N, K, KP, BLOCK_N, 0)
+    _products(w, row, out, first, first, pid, P, N, K, KP, BLOCK_N, 0, AHEAD)
 
 
 @triton.jit
@@ -363,7 +373,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
     DIM: tl.constexpr, DIM_P: tl.constexpr, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr, HIDDEN: tl.constexpr, HIDDEN_P: tl.constexpr,
     ATT_P: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr, SPLITS: tl.constexpr,
-    GROUP_P: tl.constexpr, QUERIES: tl.constexpr, COMBINE: tl.constexpr,
+    GROUP_P: tl.constexpr, QUERIES: tl.constexpr, COMBINE: tl.constexpr, AHEAD: tl.constexpr,
     N_QKV: tl.constexpr, N_O: tl.constexpr, N_13: tl.constexpr, N_2: tl.constexpr,
     HAS_PENDING: tl.constexpr, SANDWICH: tl.constexpr, QK_NORM: tl.constexpr,
     OFFSET: tl.constexpr, GLU: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr,
@@ -394,7 +404,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
         if pid == 0:
             k = tl.arange(0, DIM_P)
             tl.store(between + k, value.to(between.dtype.element_ty), mask=k < DIM)
-        _products(wqkv, normed, qkv, first, first, pid, P, QKV, DIM, DIM_P, N_QKV, 0)
+        _products(wqkv, normed, qkv, first, first, pid, P, QKV, DIM, DIM_P, N_QKV, 0, AHEAD)
     if PHASE == 0 or PHASE == 2:
         _attention(
             qkv, position, slot_ptr, table, k_cache, v_cache, cos_ptr, sin_ptr, q_norm, k_norm,
@@ -403,7 +413,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
             OFFSET, WAIT,
         )  # fmt: skip
     if PHASE == 0 or PHASE == 3:
-        _plain_products(wo, attended, out, bar, 2 * P, pid, P, DIM, ATT, ATT_P, N_O, WAIT)
+        _plain_products(wo, attended, out, bar, 2 * P, pid, P, DIM, ATT, ATT_P, N_O, WAIT, AHEAD)
     if PHASE == 0 or PHASE == 4:
         first = _tile(w13, pid, HIDDEN, DIM, DIM_P, N_13)
         first_up = _tile(w13 + HIDDEN * DIM, pid, HIDDEN, DIM, DIM_P, N_13)
@@ -415,9 +425,13 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
         if pid == 0:
             k = tl.arange(0, DIM_P)
             tl.store(x + k, value.to(x.dtype.element_ty), mask=k < DIM)
-        _products(w13, normed, active, first, first_up, pid, P, HIDDEN, DIM, DIM_P, N_13, GLU)
+        _products(
+            w13, normed, active, first, first_up, pid, P, HIDDEN, DIM, DIM_P, N_13, GLU, AHEAD
+        )
     if PHASE == 0 or PHASE == 5:
-        _plain_products(w2, active, down, bar, 4 * P, pid, P, DIM, HIDDEN, HIDDEN_P, N_2, WAIT)
+        _plain_products(
+            w2, active, down, bar, 4 * P, pid, P, DIM, HIDDEN, HIDDEN_P, N_2, WAIT, AHEAD
+        )
 
 
 @triton.jit
@@ -532,6 +546,12 @@ def launch_constants(
     but for those of a layer or launch (HAS_PENDING, EMBED, PHASE, PDL). `block`: positions a
     cache block holds."""
     att, qkv = heads * head_dim, (heads + 2 * kv_heads) * head_dim
+    blocks = {
+        "N_QKV": _block_n(qkv, dim, programs), "N_O": _block_n(dim, att, programs),
+        "N_13": _block_n(hidden, 2 * dim, programs), "N_2": _block_n(dim, hidden, programs),
+    }  # fmt: skip
+    features = {"N_QKV": qkv, "N_O": dim, "N_13": hidden, "N_2": dim}
+    ahead = any(-(-features[name] // block) > programs for name, block in blocks.items())
     return {
         "DIM": dim, "DIM_P": triton.next_power_of_2(dim), "HEADS": heads, "KV_HEADS": kv_heads,
         "HEAD_DIM": head_dim, "HIDDEN": hidden, "HIDDEN_P": triton.next_power_of_2(hidden),
@@ -540,9 +560,7 @@ def launch_constants(
         "GROUP_P": triton.next_power_of_2(heads // kv_heads),
         "QUERIES": max(16, triton.next_power_of_2(heads // kv_heads)),  # tl.dot's least rows
         "COMBINE": _COMBINE,
-        "N_QKV": _block_n(qkv, dim, programs), "N_O": _block_n(dim, att, programs),
-        "N_13": _block_n(hidden, 2 * dim, programs), "N_2": _block_n(dim, hidden, programs),
-        "SANDWICH": sandwich, "QK_NORM": qk_norm, "OFFSET": offset,
+        **blocks, "AHEAD": ahead, "SANDWICH": sandwich, "QK_NORM": qk_norm, "OFFSET": offset,
         "GLU": {"silu": 1, "gelu_tanh": 2}[activation],
     }  # fmt: skip
 
