@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # On the GPU test machine (docs/gpu_machine.md), in the same device call as
 # `bash benchmarks/gpu_setup.sh wheels` (random weights: no model file): the one-row layer
-# kernel's GPU tests, its phases (with programmatic dependent launch and the --sweep of warps
-# and tiles), the embedded shape end to end at one sequence with it, without, and with PDL, and where the
-# model file is there, the real model's greedy tokens both ways.
+# kernel's GPU tests, its phases (with programmatic dependent launch and the --sweep of warps,
+# tiles and combines), the embedded shape end to end at one sequence with it, without, and
+# with PDL, and where the model file is there, the real model's greedy tokens both ways.
 #   bash benchmarks/gpu_setup.sh wheels > /dev/null && bash benchmarks/gpu_one_row.sh [PARTS]
-# PARTS: any of tests, phases, batch, tokens (default: all; all four may pass one call's 600 s,
-# so a session short of time runs them in two). Each part's full output goes to $OUT; a summary
-# line each is printed.
+# PARTS: any of tests, phases, batch, wide, tokens (default: all; they may pass one call's 600
+# s: run them in two calls). `wide`: Llama 3.2 1B's layers through the kernel (rows of 8,192,
+# which the engine does not give it yet) against the compiled step's replay at one row. Each
+# part's full output goes to $OUT; a summary line each is printed.
 set -uo pipefail  # not -e: each part reports, the next still runs
 export PYTHONPATH=$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
 out=${OUT:-/tmp}
-parts=${1:-tests phases batch tokens}
+parts=${1:-tests phases batch wide tokens}
 nvidia-smi --query-gpu=uuid --format=csv,noheader | tee "$out/gpu.txt"
 has() { [[ " $parts " == *" $1 "* ]]; }
 has tests && timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests/kernels/test_decode_layer.py \
@@ -26,6 +27,14 @@ has batch && for flag in "" --no-one-row --one-row-pdl; do
     $flag > "$out/$name.txt" 2>&1
   grep -E '^one-row kernel|^ +1 ' "$out/$name.txt" | head -n 2
 done
+if has wide; then
+  timeout 200 python3 benchmarks/one_row_phases.py --preset llama-3.2-1b --context 400 \
+    > "$out/one_row_phases_1b.txt" 2>&1
+  grep '^{' "$out/one_row_phases_1b.txt"
+  timeout 200 python3 benchmarks/torch_step.py --preset llama-3.2-1b --batches 1 --context 400 \
+    > "$out/torch_step_1b.txt" 2>&1
+  grep '^{' "$out/torch_step_1b.txt" | head -n 2
+fi
 model=/tmp/model/gemma-3-270m-Q4_K_M.gguf  # gpu_setup.sh's, after the four chunk calls
 if has tokens && [[ -f $model ]]; then
   timeout 240 python3 benchmarks/one_row_tokens.py --model "$model" > "$out/one_row_tokens.txt" 2>&1
