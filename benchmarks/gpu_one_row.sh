@@ -5,10 +5,11 @@
 # tiles and combines), the embedded shape end to end at one sequence with it, without, and
 # with PDL, and where the model file is there, the real model's greedy tokens both ways.
 #   bash benchmarks/gpu_setup.sh wheels > /dev/null && bash benchmarks/gpu_one_row.sh [PARTS]
-# PARTS: any of tests, phases, batch, wide, tokens (default: all; they may pass one call's 600
-# s: run them in two calls). `wide`: Llama 3.2 1B's layers through the kernel (rows of 8,192,
-# which the engine does not give it yet) against the compiled step's replay at one row. Each
-# part's full output goes to $OUT; a summary line each is printed.
+# PARTS: any of tests, phases, batch, wide, 8b, tokens (default: all but 8b; they may pass one
+# call's 600 s: run them in two calls). `wide`: Llama 3.2 1B's layers through the kernel (rows
+# of 8,192, which the engine does not give it yet) against the compiled step's replay at one
+# row; `8b` the same for the Llama-3-8B shape (rows of 14,336). Each part's full output goes to
+# $OUT; a summary line each is printed.
 set -uo pipefail  # not -e: each part reports, the next still runs
 export PYTHONPATH=$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
 out=${OUT:-/tmp}
@@ -27,14 +28,16 @@ has batch && for flag in "" --no-one-row --one-row-pdl; do
     $flag > "$out/$name.txt" 2>&1
   grep -E '^one-row kernel|^ +1 ' "$out/$name.txt" | head -n 2
 done
-if has wide; then
-  timeout 200 python3 benchmarks/one_row_phases.py --preset llama-3.2-1b --context 400 \
-    > "$out/one_row_phases_1b.txt" 2>&1
-  grep '^{' "$out/one_row_phases_1b.txt"
-  timeout 200 python3 benchmarks/torch_step.py --preset llama-3.2-1b --batches 1 --context 400 \
-    > "$out/torch_step_1b.txt" 2>&1
-  grep '^{' "$out/torch_step_1b.txt" | head -n 2
-fi
+for preset in llama-3.2-1b llama-3-8b; do  # part `wide`, part `8b`
+  part=$([[ $preset == llama-3-8b ]] && echo 8b || echo wide)
+  has "$part" || continue
+  timeout 200 python3 benchmarks/one_row_phases.py --preset "$preset" --context 400 \
+    > "$out/one_row_phases_$preset.txt" 2>&1
+  grep '^{' "$out/one_row_phases_$preset.txt"
+  timeout 200 python3 benchmarks/torch_step.py --preset "$preset" --batches 1 --context 400 \
+    > "$out/torch_step_$preset.txt" 2>&1
+  grep '^{' "$out/torch_step_$preset.txt" | head -n 2
+done
 model=/tmp/model/gemma-3-270m-Q4_K_M.gguf  # gpu_setup.sh's, after the four chunk calls
 if has tokens && [[ -f $model ]]; then
   timeout 240 python3 benchmarks/one_row_tokens.py --model "$model" > "$out/one_row_tokens.txt" 2>&1
