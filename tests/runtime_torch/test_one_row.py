@@ -1,6 +1,8 @@
 """The one-row decode kernels (runtime/torch/one_row.py) inside the engine: where they run, and
 on a GPU the tokens they pick against the step they replace."""
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -125,5 +127,62 @@ def test_kernels_that_fail_to_start_leave_the_compiled_step_and_say_why(
         state = engine.settings_dict()["one_row_kernel_state"]
         assert state == "off: its kernels failed to start (RuntimeError: no such kernel)"
         assert len(list(engine.generate_tokens([5, 6, 7], 4))) == 4  # the compiled step runs
+    finally:
+        engine.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_kernels_whose_output_differs_from_the_model_s_leave_the_compiled_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The start-up step is checked against the model's own: kernels that run but compute
+    something else (a miscompile, a bug) are not used; the state gives the difference."""
+    from openjarvis.runtime.torch import one_row
+
+    real = one_row.OneRowStep.__call__
+
+    def off_by_a_tenth(self: object, *inputs: "torch.Tensor") -> "torch.Tensor":
+        return real(self, *inputs) * 1.1  # type: ignore[arg-type]
+
+    monkeypatch.setattr(one_row.OneRowStep, "__call__", off_by_a_tenth)
+    settings = TorchSettings(
+        device="cuda", max_seq_len=128, seed=5, concurrency=2, compile=False,
+        engine_process=False,
+    )  # fmt: skip
+    engine = TorchEngine("tiny-gemma3", settings)
+    try:
+        state = str(engine.settings_dict()["one_row_kernel_state"])
+        assert state.startswith("off: its output differs from the model's step (0.1"), state
+        assert len(list(engine.generate_tokens([5, 6, 7], 4))) == 4  # the compiled step runs
+    finally:
+        engine.close()
+
+
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="the kernels on the CPU: TRITON_INTERPRET=1"
+)
+def test_the_start_up_check_measures_the_kernels_against_the_model_s_step() -> None:
+    """The runner's check on the CPU (the kernels interpreted, float32): the kernels' step is
+    within rounding of the model's at the 100th position, and one 10 % off is seen as such."""
+    from openjarvis.runtime.torch.one_row import OneRowStep
+
+    settings = TorchSettings(
+        device="cpu", dtype="float32", max_seq_len=128, seed=5, concurrency=2,
+        engine_process=False,
+    )  # fmt: skip
+    engine = TorchEngine("tiny-gemma3", settings)
+    try:
+        runner = engine._core.runner  # type: ignore[union-attr]
+        step = OneRowStep(runner.model, programs=5)
+        with torch.inference_mode():
+            assert runner._one_row_difference(step) < 1e-5
+
+            class Off(OneRowStep):
+                def __call__(self, *inputs: "torch.Tensor") -> "torch.Tensor":
+                    return super().__call__(*inputs) * 1.1
+
+            off = runner._one_row_difference(Off(runner.model, programs=5))
+        assert off == pytest.approx(0.1, abs=1e-4)
     finally:
         engine.close()

@@ -56,6 +56,10 @@ __all__ = [
 ]
 
 BLOCK_SIZE = 16  # positions per KV block (the decode kernel needs a power of two >= 16)
+# How far the one-row kernels' hidden state may stray from the model's step's at start-up (L2
+# norm of the difference over the step's): bf16 summed in other orders through the layers
+# differs by far less; a kernel built wrong by far more.
+_ONE_ROW_TOLERANCE = 0.05
 # The KV cache takes this share of the GPU memory left free after loading the weights.
 _KV_MEMORY_SHARE = 0.8
 _STOP, _PREFILL, _DECODE = 0, 1, 2
@@ -363,23 +367,47 @@ class Runner:
         programs = torch.cuda.get_device_properties(self.device).multi_processor_count
         pdl = settings.one_row_pdl and gdc_wait is not None
         step = OneRowStep(self.model, programs, pdl=pdl)
-        # One step on the scratch block first, where its kernels compile: a Triton that cannot
-        # build them leaves the compiled step in place, said in the engine's settings.
-        zero = torch.zeros(1, 1, dtype=torch.long, device=self.device)
-        slot = torch.full_like(zero, SCRATCH_BLOCK * BLOCK_SIZE)
-        table = torch.full((1, self.table_width), SCRATCH_BLOCK, dtype=torch.int32)
+        # One step first, where its kernels compile, against the model's own step on the same
+        # inputs: a Triton that cannot build them, or builds them wrong, leaves the compiled
+        # step in place, said in the engine's settings.
         try:
             with torch.inference_mode():
-                step(zero, zero, slot, table.to(self.device))
-                torch.cuda.synchronize(self.device)
+                difference = self._one_row_difference(step)
         except Exception as error:  # a build or launch failure: the compiled step instead
             lines = str(error).strip().splitlines() or [""]
             return f"off: its kernels failed to start ({type(error).__name__}: {lines[0]})"
+        if not difference <= _ONE_ROW_TOLERANCE:  # NaN too
+            return f"off: its output differs from the model's step ({difference:.3g} of it)"
         self.one_row = step
-        note = f"on: {programs} programs a launch"
+        note = f"on: {programs} programs a launch, within {difference:.2g} of the model's step"
         if settings.one_row_pdl:
             note += ", PDL" if pdl else ", no PDL (this Triton has no grid dependency controls)"
         return note
+
+    def _one_row_difference(self, step: "OneRowStep") -> float:
+        """The kernels' hidden state against the model's own step, at the 100th position of a
+        sequence in the cache's first free blocks (none is in use yet; what is written there is
+        overwritten before it is read), or as far as they reach: the size of the difference
+        over the size of the model's (L2 norms)."""
+        blocks = max(1, min(7, self.blocks - 1))
+        length = min(100, blocks * BLOCK_SIZE)
+        first = SCRATCH_BLOCK + 1 if self.blocks > 1 else SCRATCH_BLOCK
+        table = torch.full((1, self.table_width), SCRATCH_BLOCK, dtype=torch.int32)
+        table[0, :blocks] = torch.arange(first, first + blocks, dtype=torch.int32)
+        generator = torch.Generator().manual_seed(0)
+        vocab = self.model.config.vocab_size
+        tokens = torch.randint(0, vocab, (1, length), generator=generator).to(self.device)
+        positions = torch.arange(length, device=self.device).view(1, -1)
+        table = table.to(self.device)
+        slots = table[0, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+        cached = length - 1
+        self.model.hidden(
+            tokens[:, :cached], Layout(positions[:, :cached], slots[:, :cached], table)
+        )
+        row = (tokens[:, cached:], positions[:, cached:], slots[:, cached:], table)
+        expected = self._last_hidden(*row).float()
+        got = step(*row).float()
+        return float((got - expected).norm() / expected.norm())
 
     def _cache_blocks(self, concurrency: int, max_seq_len: int, dtype: torch.dtype) -> int:
         """Blocks for concurrency full-length sequences, or what fits in the free memory (the
