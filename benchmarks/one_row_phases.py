@@ -77,6 +77,7 @@ def main() -> None:
             ("warps_4", {"_WARPS": 4, "_ATTENTION_WARPS": 4}, alone, False),
             *((f"tile_{t}", {"_TILE": t}, ((2,),), False) for t in (16, 32, 128)),
             ("tile_64_combine_8", {"_COMBINE": 8}, ((2,),), False),
+            ("tile_32_combine_8", {"_TILE": 32, "_COMBINE": 8}, ((2,),), False),
             *(
                 (f"tile_16_combine_{c}", {"_TILE": 16, "_COMBINE": c}, ((2,), five), False)
                 for c in (8, 16)
