@@ -52,10 +52,12 @@ def main() -> None:
     def show(label: str, found: Resources, extra: str = "") -> None:
         print(
             f"{label:<34} {found.warps:>5} {found.registers:>9} {found.spilled:>7} "
-            f"{found.shared:>8} {found.per_sm():>6}  {extra}"
+            f"{found.shared:>8} {found.per_sm():>6} {'yes' if found.copies_ahead else '':>6}"
+            f"  {extra}"
         )
         record = {"label": label, "warps": found.warps, "registers": found.registers}
         record |= {"spilled": found.spilled, "shared": found.shared, "per_sm": found.per_sm()}
+        record |= {"copies_ahead": found.copies_ahead}
         print(json.dumps(record))
 
     print(

@@ -69,3 +69,18 @@ def test_a_program_s_fit_follows_its_registers_and_shared_memory() -> None:
     assert fit_together(light, light) and not fit_together(light, heavy)
     wide = Resources(registers=32, spilled=0, shared=120_000, warps=4)
     assert wide.per_sm() == 1 and not fit_together(wide, wide)
+
+
+def test_the_compiled_step_s_attention_copies_its_loads_ahead_as_launched() -> None:
+    """The paged attention kernel (Gemma 3 270M's heads of 256, 4 query heads a KV head)
+    compiled with the facts a launch gives Triton: its loop's loads are pipelined through
+    shared memory (cp.async), which they are not without them (scalar loads, nothing ahead)."""
+    from openjarvis.kernels.paged_attention import _paged_attention_kernel, tile_for
+    from openjarvis.kernels.sm90 import compile_sm90
+
+    constants = {
+        "GROUP": 4, "GROUP_PAD": 4, "ROWS": 4, "HEAD_DIM": 256, "BLOCK": 16,
+        "TILE": tile_for(256), "ONE_SPLIT": False,
+    }  # fmt: skip
+    found = compile_sm90(_paged_attention_kernel, constants, warps=4, stages=2)
+    assert found.copies_ahead and found.spilled == 0

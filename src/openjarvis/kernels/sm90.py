@@ -3,10 +3,13 @@ program of it takes there: registers a thread, bytes spilled to local memory, sh
 
 The compile sees the code as the GPU machine will, where Triton's interpreter runs it as Python
 (an `if` on a float constexpr passes there and fails here). The figures say how many programs
-of a launch fit a multiprocessor at once: the one-row layer kernel's launches can only overlap
-(programmatic dependent launch) where a program of the next fits beside one of the last
-(kernels/decode_layer.py, benchmarks/kernel_resources.py). They are ptxas's for this Triton's
-bundled toolchain; another Triton version allocates differently.
+of a launch fit a multiprocessor at once, and whether its loop's loads are copied ahead into
+shared memory (Triton's software pipelining), which it does only for loads it can prove
+aligned: a launch tells it which pointers and integers are, and so does this compile. The
+one-row layer kernel's launches can only overlap (programmatic dependent launch) where a
+program of the next fits beside one of the last (kernels/decode_layer.py,
+benchmarks/kernel_resources.py). The figures are ptxas's for this Triton's bundled toolchain;
+another Triton version allocates differently.
 """
 
 import os
@@ -39,6 +42,9 @@ _TYPES = {
     "eps": "fp32", "window": "i32", "qkv_stride": "i32", "batch": "i32", "table_stride": "i32",
     "kv_block_stride": "i32", "kv_token_stride": "i32",
 }  # fmt: skip
+# Integer arguments whose values in our launches are multiples of 16 (cache strides: kv heads x
+# head_dim; windows of 0 or 512), which a launch tells Triton as it does aligned pointers.
+_MULTIPLES_OF_16 = {"kv_block_stride", "kv_token_stride", "qkv_stride", "window"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,7 @@ class Resources:
     spilled: int  # bytes a thread keeps on its stack (register spills)
     shared: int  # bytes a program
     warps: int
+    copies_ahead: bool = False  # loads copied to shared memory ahead of use (cp.async)
 
     def register_cost(self) -> int:
         """Registers a program holds: a warp's are allocated 256 at a time."""
@@ -87,7 +94,16 @@ def compile_sm90(
     (ptxas spills past it; Triton's `maxnreg`)."""
     names = kernel.arg_names
     signature = {n: "constexpr" if n in constants else _TYPES.get(n, "*bf16") for n in names}
-    source = ASTSource(fn=kernel, signature=signature, constexprs=dict(constants))
+    # A launch tells Triton which pointers are 16-byte aligned (torch's allocations are) and
+    # which integers are multiples of 16, which lets it load 16 bytes at a time and copy
+    # ahead (cp.async): each pointer is, here, and the integers of `_MULTIPLES_OF_16`.
+    aligned = [["tt.divisibility", 16]]
+    attrs = {
+        (i,): aligned
+        for i, n in enumerate(names)
+        if signature[n].startswith("*") or n in _MULTIPLES_OF_16
+    }
+    source = ASTSource(fn=kernel, signature=signature, constexprs=dict(constants), attrs=attrs)
     options: dict[str, object] = {"num_warps": warps}
     if stages is not None:
         options["num_stages"] = stages
@@ -110,4 +126,5 @@ def compile_sm90(
     registers, stack, static_shared = (int(g) for g in found.groups())
     # Triton's shared memory is dynamic (metadata.shared); the static is the kernel's own.
     shared = static_shared + int(compiled.metadata.shared)
-    return Resources(registers=registers, spilled=stack, shared=shared, warps=warps)
+    ahead = "cp.async" in compiled.asm["ptx"]
+    return Resources(registers, stack, shared, warps, copies_ahead=ahead)
