@@ -67,10 +67,10 @@ def main() -> None:
             one_row = OneRowStep(model, programs, phases=phases, pdl=pdl)
             results[f"{name}_ms"] = round(graph_ms(lambda o=one_row: o(*step), 300), 4)
         # The sweep sets the module's launch constants (the engine's stay as they are): each
-        # phase at 4 warps; attention at other key tiles (16 and 32 spill nothing, 64 does:
-        # benchmarks/kernel_resources.py) and its parts combined several a load; the five
-        # launches at 16 keys; and a build whose every phase fits beside the one before (tiles
-        # of at most 8,192 weights, attention at 4 warps), with and without PDL.
+        # phase at 4 warps; attention at other key tiles and its parts combined several a load;
+        # the five launches at 16 keys; and a build whose every phase fits an SM beside the one
+        # before (tiles of at most 8,192 weights, attention at 4 warps: kernel_resources.py),
+        # with and without PDL.
         alone = tuple((p,) for p in five)
         fit = {"_MOST_TILE": 8192, "_TILE": 16, "_ATTENTION_WARPS": 4, "_COMBINE": 16}
         sweeps: list[tuple[str, dict[str, int], tuple[tuple[int, ...], ...], bool]] = [

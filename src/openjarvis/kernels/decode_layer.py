@@ -37,8 +37,9 @@ another, so a barrier would wait forever there).
 Measured on an H200 (benchmarks/one_row_phases.py, the embedded shape's 18 layers at 400
 positions, session 25's build): 0.474 ms as five launches a layer against 0.542 as one
 persistent launch, so the engine launches the phases (runtime/torch/one_row.py); attention is the
-longest phase (0.199 ms of 18 launches alone; at its 64-key tile it spills registers on sm_90,
-as does the persistent launch). The probe before (benchmarks/persistent_probe.py: the products
+longest phase (0.199 ms of 18 launches alone). The persistent launch holds its worst phase's
+registers (210 a thread on sm_90 to the phases' 64-206: benchmarks/kernel_resources.py). The
+probe before (benchmarks/persistent_probe.py: the products
 alone, 0.198 ms persistent against 0.367 as cuBLASLt launches and 0.231 as plain Triton GEMV
 launches; a barrier 0.92 us) promised more from the persistent launch than the whole layer kept.
 """
