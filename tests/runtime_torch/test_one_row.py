@@ -107,6 +107,21 @@ def test_launches_that_start_early_give_the_same_logits() -> None:
     torch.testing.assert_close(early, _logits("tiny-gemma3", True, tokens, 20), atol=0, rtol=0)
 
 
+def _state_after_start(preset: str) -> str:
+    """The one-row state of an engine started on the GPU (the step patched by the caller),
+    after checking that its decode steps run (the compiled step, where the kernels are off)."""
+    settings = TorchSettings(
+        device="cuda", max_seq_len=128, seed=5, concurrency=2, compile=False,
+        engine_process=False,
+    )  # fmt: skip
+    engine = TorchEngine(preset, settings)
+    try:
+        assert len(list(engine.generate_tokens([5, 6, 7], 4))) == 4
+        return str(engine.settings_dict()["one_row_kernel_state"])
+    finally:
+        engine.close()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 def test_kernels_that_fail_to_start_leave_the_compiled_step_and_say_why(
@@ -118,17 +133,8 @@ def test_kernels_that_fail_to_start_leave_the_compiled_step_and_say_why(
         raise RuntimeError("no such kernel\nmore lines")
 
     monkeypatch.setattr(one_row.OneRowStep, "__call__", fails)
-    settings = TorchSettings(
-        device="cuda", max_seq_len=128, seed=5, concurrency=2, compile=False,
-        engine_process=False,
-    )  # fmt: skip
-    engine = TorchEngine("tiny-llama", settings)
-    try:
-        state = engine.settings_dict()["one_row_kernel_state"]
-        assert state == "off: its kernels failed to start (RuntimeError: no such kernel)"
-        assert len(list(engine.generate_tokens([5, 6, 7], 4))) == 4  # the compiled step runs
-    finally:
-        engine.close()
+    state = _state_after_start("tiny-llama")
+    assert state == "off: its kernels failed to start (RuntimeError: no such kernel)"
 
 
 @pytest.mark.gpu
@@ -146,17 +152,8 @@ def test_kernels_whose_output_differs_from_the_model_s_leave_the_compiled_step(
         return real(self, *inputs) * 1.1  # type: ignore[arg-type]
 
     monkeypatch.setattr(one_row.OneRowStep, "__call__", off_by_a_tenth)
-    settings = TorchSettings(
-        device="cuda", max_seq_len=128, seed=5, concurrency=2, compile=False,
-        engine_process=False,
-    )  # fmt: skip
-    engine = TorchEngine("tiny-gemma3", settings)
-    try:
-        state = str(engine.settings_dict()["one_row_kernel_state"])
-        assert state.startswith("off: its output differs from the model's step (0.1"), state
-        assert len(list(engine.generate_tokens([5, 6, 7], 4))) == 4  # the compiled step runs
-    finally:
-        engine.close()
+    state = _state_after_start("tiny-gemma3")
+    assert state.startswith("off: its output differs from the model's step (0.1"), state
 
 
 @pytest.mark.skipif(
