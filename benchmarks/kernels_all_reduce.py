@@ -9,6 +9,7 @@ Run with every GPU visible, NVLink multicast off:
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NotRequired, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -23,10 +24,21 @@ CALLS = 20  # back-to-back calls per timed round
 GRAPH_CALLS = 20  # calls captured in one CUDA graph
 
 
+class _Results(TypedDict):
+    """What rank 0 writes to the JSON file."""
+
+    world_size: int
+    errors: list[str]
+    checks: NotRequired[list[dict[str, object]]]
+    graph_checks: NotRequired[dict[str, object]]
+    rows: NotRequired[list[dict[str, object]]]
+
+
 def _worker(rank: int, world_size: int, port: int, out: str) -> None:
     device = join_group(rank, world_size, port, timeout_s=100)  # a hung kernel ends the run
     group = dist.group.WORLD
-    results: dict[str, object] = {"world_size": world_size, "errors": []}
+    assert group is not None, "set by init_process_group"
+    results: _Results = {"world_size": world_size, "errors": []}
     from openjarvis.kernels.all_reduce import graph_call_us, median_call_us
     from openjarvis.kernels.peer_all_reduce import PeerAllReduce
 
@@ -50,13 +62,13 @@ def _worker(rank: int, world_size: int, port: int, out: str) -> None:
                 row[f"{name}_us"] = median_call_us(method, source, CALLS)
             except Exception as error:  # a baseline that fails is reported, not fatal
                 row[f"{name}_us"] = None
-                results["errors"].append(f"{name} at {size}: {error!r}")  # type: ignore[union-attr]
+                results["errors"].append(f"{name} at {size}: {error!r}")
         for name in methods:
             try:
                 row[f"{name}_graph_us"] = graph_call_us(methods[name], source, GRAPH_CALLS)
             except Exception as error:
                 row[f"{name}_graph_us"] = None
-                results["errors"].append(f"{name} graph at {size}: {error!r}")  # type: ignore[union-attr]
+                results["errors"].append(f"{name} graph at {size}: {error!r}")
         rows.append(row)
     # Ranks report their own timings; rank 0's table is printed (ranks agree within noise).
     results["rows"] = rows
@@ -72,7 +84,7 @@ def _checks(
 ) -> list[dict[str, object]]:  # fmt: skip
     """Fresh random inputs per check: relative error of ours and NCCL against a float32 sum,
     and whether every rank got bit-identical results."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for trial, numel in enumerate(CHECK_ELEMENTS * 3):
         generator = torch.Generator(device=device).manual_seed(1000 * trial + rank)
         x = torch.randn(numel, device=device, generator=generator).to(torch.bfloat16)
@@ -132,7 +144,7 @@ def _graph_checks(
 
 
 def _torch_symmetric_ops(
-    group: dist.ProcessGroup, device: torch.device, max_bytes: int, results: dict[str, object]
+    group: dist.ProcessGroup, device: torch.device, max_bytes: int, results: _Results
 ) -> dict[str, Callable[[int], Callable[[torch.Tensor], torch.Tensor]]]:
     """torch's own symmetric-memory all-reduces; their input must already live in a
     symmetric buffer, so each call copies the message in first (as a model would)."""
@@ -142,7 +154,7 @@ def _torch_symmetric_ops(
         buffer = symmetric_memory.empty(max_bytes // 2, dtype=torch.bfloat16, device=device)
         symmetric_memory.rendezvous(buffer, group.group_name)
     except Exception as error:
-        results["errors"].append(f"torch symmetric memory: {error!r}")  # type: ignore[union-attr]
+        results["errors"].append(f"torch symmetric memory: {error!r}")
         return {}
     name = group.group_name
 
@@ -166,11 +178,11 @@ def _torch_symmetric_ops(
     return {"torch_one_shot": one_shot, "torch_two_shot": two_shot}
 
 
-def _print(results: dict[str, object]) -> None:
+def _print(results: dict[str, Any]) -> None:  # the JSON file, as parsed
     checks = results.get("checks", [])
-    worst = max((c["ours_relative_error"] for c in checks), default=float("nan"))  # type: ignore[index]
-    worst_nccl = max((c["nccl_relative_error"] for c in checks), default=float("nan"))  # type: ignore[index]
-    identical = all(c["ours_identical_on_all_ranks"] for c in checks)  # type: ignore[index]
+    worst = max((c["ours_relative_error"] for c in checks), default=float("nan"))
+    worst_nccl = max((c["nccl_relative_error"] for c in checks), default=float("nan"))
+    identical = all(c["ours_identical_on_all_ranks"] for c in checks)
     print(f"checks: {len(checks)}; worst relative error ours {worst:.2e}, NCCL {worst_nccl:.2e}")
     print(f"ours bit-identical on all ranks: {identical}")
     print(f"graph replays with mixed sizes: {results.get('graph_checks')}")
@@ -178,7 +190,7 @@ def _print(results: dict[str, object]) -> None:
     columns += ["nccl_graph_us", "ours_graph_us", "torch_one_shot_graph_us"]
     columns += ["torch_two_shot_graph_us"]
     print("bytes      " + " ".join(f"{c[:-3]:>14}" for c in columns) + "   nccl/ours  graph")
-    for row in results.get("rows", []):  # type: ignore[union-attr]
+    for row in results.get("rows", []):
         cells = [row.get(c) for c in columns]
         text = " ".join(f"{v:14.1f}" if v is not None else f"{'—':>14}" for v in cells)
         ratio = row["nccl_us"] / row["ours_us"] if row.get("ours_us") else float("nan")
@@ -188,7 +200,7 @@ def _print(results: dict[str, object]) -> None:
             else float("nan")
         )
         print(f"{row['bytes']:<10} {text} {ratio:10.2f}x {graph:6.2f}x")
-    for error in results.get("errors", []):  # type: ignore[union-attr]
+    for error in results.get("errors", []):
         print("error:", error)
 
 

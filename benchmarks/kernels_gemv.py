@@ -9,6 +9,7 @@ Run with every GPU visible, NVLink multicast off:
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NotRequired, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -27,9 +28,19 @@ SHAPES = {
 GRAPH_CALLS = 20
 
 
+class _Results(TypedDict):
+    """What rank 0 writes to the JSON file."""
+
+    world_size: int
+    rows: list[dict[str, object]]
+    errors: list[str]
+    block_rows: NotRequired[int]
+
+
 def _worker(rank: int, world_size: int, port: int, out: str) -> None:
     device = join_group(rank, world_size, port, timeout_s=150)
     group = dist.group.WORLD
+    assert group is not None, "set by init_process_group"
     from openjarvis.kernels.all_reduce import graph_call_us
     from openjarvis.kernels.gemv_all_reduce import GemvAllReduce
     from openjarvis.kernels.peer_all_reduce import PeerAllReduce
@@ -37,7 +48,7 @@ def _worker(rank: int, world_size: int, port: int, out: str) -> None:
     max_rows = max(n for n, _ in SHAPES.values())
     fused = GemvAllReduce(group, device, torch.bfloat16, max_rows)
     peer = PeerAllReduce(group, device, torch.bfloat16, max_rows * 2)
-    results: dict[str, object] = {"world_size": world_size, "rows": [], "errors": []}
+    results: _Results = {"world_size": world_size, "rows": [], "errors": []}
     results["block_rows"] = fused.block_n
     for name, (n, full_k) in SHAPES.items():
         k = full_k // world_size
@@ -73,7 +84,7 @@ def _worker(rank: int, world_size: int, port: int, out: str) -> None:
                 row[f"{method_name}_us"] = graph_call_us(method, x, GRAPH_CALLS)
             except Exception as error:  # a failing method is reported, not fatal
                 row[f"{method_name}_us"] = None
-                results["errors"].append(f"{method_name} at {name}: {error!r}")  # type: ignore[union-attr]
+                results["errors"].append(f"{method_name} at {name}: {error!r}")
         # The fused results must agree on every rank (rank-order float32 sum).
         mine = fused(x, weight)
         everyone = [torch.empty_like(mine) for _ in range(world_size)]
@@ -81,10 +92,10 @@ def _worker(rank: int, world_size: int, port: int, out: str) -> None:
         row["fused_identical_on_all_ranks"] = all(torch.equal(everyone[0], t) for t in everyone)
         bytes_read = n * k * 2
         if row.get("gemv_alone_us"):
-            row["gemv_alone_tb_per_s"] = bytes_read / row["gemv_alone_us"] / 1e6  # type: ignore[operator]
+            row["gemv_alone_tb_per_s"] = bytes_read / row["gemv_alone_us"] / 1e6  # type: ignore[operator]  # graph_call_us's float, checked first
         if row.get("fused_us"):
-            row["fused_tb_per_s"] = bytes_read / row["fused_us"] / 1e6  # type: ignore[operator]
-        results["rows"].append(row)  # type: ignore[union-attr]
+            row["fused_tb_per_s"] = bytes_read / row["fused_us"] / 1e6  # type: ignore[operator]  # graph_call_us's float, checked first
+        results["rows"].append(row)
         if rank == 0:
             Path(out).write_text(json.dumps(results, indent=2))
     dist.barrier()
@@ -98,7 +109,7 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, group: dist.ProcessGroup) 
     return partial
 
 
-def _print(results: dict) -> None:
+def _print(results: dict[str, Any]) -> None:  # the JSON file, as parsed
     print(f"world size {results['world_size']}; rows per program {results.get('block_rows')}")
     columns = ["gemv_alone_us", "cublas_nccl_us", "cublas_peer_us", "fused_us"]
     print(f"{'shape':<20}" + "".join(f"{c[:-3]:>14}" for c in columns) + "  best base/fused")

@@ -16,7 +16,9 @@ import faulthandler
 import json
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any, NotRequired, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -42,12 +44,24 @@ SKEW_CYCLES = 2_000_000  # ~1 ms of one rank sleeping on its stream before some 
 SHAPE_TIMEOUT_S = 180
 
 
+class _Results(TypedDict):
+    """What rank 0 writes to the JSON file (after every shape)."""
+
+    world_size: int
+    variants: list[tuple[int, int]]
+    rows: list[dict[str, object]]
+    torch: NotRequired[str]
+    device: NotRequired[str]
+    errors: NotRequired[list[str]]
+
+
 def _worker(rank: int, world_size: int, port: int, out: str) -> None:
     # A hang ends the run, with every thread's stack; re-armed for each shape.
     device = join_group(rank, world_size, port, SHAPE_TIMEOUT_S)
     group = dist.group.WORLD
+    assert group is not None, "set by init_process_group"
     errors: list[str] = []
-    results: dict[str, object] = {"world_size": world_size, "variants": VARIANTS, "rows": []}
+    results: _Results = {"world_size": world_size, "variants": VARIANTS, "rows": []}
     results |= {"torch": torch.__version__, "device": torch.cuda.get_device_name(device)}
     max_k = max(k for k, _ in GATHER_SHAPES.values())
     max_n = max(n for _, n in SCATTER_SHAPES.values())
@@ -63,13 +77,13 @@ def _worker(rank: int, world_size: int, port: int, out: str) -> None:
     for name, (k, n) in GATHER_SHAPES.items():
         faulthandler.dump_traceback_later(SHAPE_TIMEOUT_S, exit=True)
         row = _gather_row(name, k, n, gathers, group, device, rank, torch_ready, errors)
-        results["rows"].append(row)  # type: ignore[union-attr]
+        results["rows"].append(row)
         _write(results, errors, rank, out)
     for name, (k, n) in SCATTER_SHAPES.items():
         faulthandler.dump_traceback_later(SHAPE_TIMEOUT_S, exit=True)
         k_per_rank = k // world_size
         row = _scatter_row(name, k_per_rank, n, scatters, group, device, rank, torch_ready, errors)
-        results["rows"].append(row)  # type: ignore[union-attr]
+        results["rows"].append(row)
         _write(results, errors, rank, out)
     faulthandler.cancel_dump_traceback_later()
     dist.barrier()
@@ -93,7 +107,7 @@ def _gather_row(
         "gemm": lambda: gathered @ b,
         "baseline": lambda: default.baseline(a_shard, b),
     }
-    methods |= {_variant_name(v): (lambda op=op: op(a_shard, b)) for v, op in ops.items()}
+    methods |= {_variant_name(v): partial(op, a_shard, b) for v, op in ops.items()}
     if torch_ready:
         methods["torch_fused"] = lambda: torch.ops.symm_mem.fused_all_gather_matmul(
             a_shard, [b], 0, group.group_name, return_A=False
@@ -131,7 +145,7 @@ def _scatter_row(
         "gemm": lambda: a @ b,
         "baseline": lambda: default.baseline(a, b),
     }
-    methods |= {_variant_name(v): (lambda op=op: op(a, b)) for v, op in ops.items()}
+    methods |= {_variant_name(v): partial(op, a, b) for v, op in ops.items()}
     if torch_ready:
         methods["torch_fused"] = lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(
             a, b, "sum", 0, group.group_name
@@ -240,7 +254,7 @@ def _variant_name(variant: tuple[int, int]) -> str:
     return "ours" if variant == VARIANTS[0] else f"ours_c{chunks}_s{streams}"
 
 
-def _write(results: dict[str, object], errors: list[str], rank: int, out: str) -> None:
+def _write(results: _Results, errors: list[str], rank: int, out: str) -> None:
     """After every shape, so that a later hang still leaves the rows measured so far."""
     everyone: list[list[str] | None] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, errors)
@@ -251,12 +265,12 @@ def _write(results: dict[str, object], errors: list[str], rank: int, out: str) -
         Path(out).write_text(json.dumps(results, indent=2))
 
 
-def _print(results: dict[str, object]) -> None:
+def _print(results: dict[str, Any]) -> None:  # the JSON file, as parsed
     print(f"world size {results['world_size']}; times: slowest rank's median, ms")
     header = f"{'op':<22} {'shape':<19} {'gemm':>7} {'base':>7} {'ours':>7} {'torch':>7}"
     header += f" {'ours/gemm':>9} {'base/ours':>9}   rel err ours / base / torch"
     print(header)
-    for row in results["rows"]:  # type: ignore[union-attr]
+    for row in results["rows"]:
         times = [row.get(f"{name}_ms") for name in ("gemm", "baseline", "ours", "torch_fused")]
         cells = " ".join(f"{t:7.3f}" if t is not None else f"{'—':>7}" for t in times)
         gemm, base, ours, _ = times
@@ -266,9 +280,9 @@ def _print(results: dict[str, object]) -> None:
         text = " / ".join(f"{e:.1e}" if e is not None else "—" for e in errors)
         print(f"{row['op']:<22} {row['shape']:<19} {cells} {over_gemm} {speedup}   {text}")
     print("variants (chunks per peer, copy streams), ms; back-to-back check with drifting ranks:")
-    for row in results["rows"]:  # type: ignore[union-attr]
+    for row in results["rows"]:
         variant_cells = []
-        for chunks, streams in results["variants"]:  # type: ignore[union-attr]
+        for chunks, streams in results["variants"]:
             value = row.get(f"{_variant_name((chunks, streams))}_ms")
             variant_cells.append(f"c{chunks}s{streams} " + (f"{value:.3f}" if value else "—"))
         variant_errors = [
@@ -279,7 +293,7 @@ def _print(results: dict[str, object]) -> None:
         worst = f"{max(variant_errors):.1e}" if variant_errors else "—"
         print(f"  {row['shape']:<19} {'  '.join(variant_cells)}   worst rel err {worst}")
         print(f"  {'':<19} back-to-back: {row.get('back_to_back')}")
-    for error in results.get("errors", []):  # type: ignore[union-attr]
+    for error in results.get("errors", []):
         print("error:", error)
 
 

@@ -123,9 +123,9 @@ def report(runs: dict[str, list[Run]]) -> None:
     ratios = [p / n for p, n in zip(medians["portable"][:2], medians["native"][:2], strict=True)]
     print(f"| portable / native | | **{ratios[0]:.3f}** | **{ratios[1]:.3f}** | |")
     for name, rs in runs.items():
-        prefill = ", ".join(f"{r.prefill_tokens_per_s:.0f}" for r in rs)
-        decode = ", ".join(f"{r.decode_tokens_per_s:.1f}" for r in rs)
-        print(f"{name} rounds: prefill {prefill}; decode {decode}")
+        prefills = ", ".join(f"{r.prefill_tokens_per_s:.0f}" for r in rs)
+        decodes = ", ".join(f"{r.decode_tokens_per_s:.1f}" for r in rs)
+        print(f"{name} rounds: prefill {prefills}; decode {decodes}")
     same = all(r.tokens == runs["portable"][0].tokens for rs in runs.values() for r in rs)
     print(f"greedy tokens identical across builds and rounds: {same}")
 

@@ -94,7 +94,6 @@ def accounting_share(
         spend(0.5)
         meter.measure_idle(1.0)  # read by the caller: the meter is not driven yet
         assert meter.idle is not None and all(meter.idle.power_w.values())
-        meter.driven = True
         ledger = StepLedger(clock)
         meter.follow(ledger)
         ledger.busy()

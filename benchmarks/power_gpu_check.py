@@ -21,7 +21,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,7 +265,9 @@ def _format(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
-def print_table(rows: list[WindowRow], idle: dict[str, Any], periods: dict[str, Any]) -> None:
+def print_table(
+    rows: list[WindowRow], idle: dict[str, Any], periods: Mapping[NvmlReading, Any]
+) -> None:
     header = (
         f"{'GPUs':>4} {'window':<9} {'s':>5} {'meter J':>8} {'raw ctr':>7} "
         f"{'instant':>7} {'1-s avg':>7}"

@@ -166,7 +166,7 @@ def decode_pairs(pairs: int, max_tokens: int, threads: int | None) -> dict[str, 
 
     try:
         decode_rate(lambda: engine.generate(request))  # warm-up: caches, page faults
-        rows = []
+        rows: list[dict[str, Any]] = []
         for index in range(pairs):
             order = ("on", "off") if index % 2 == 0 else ("off", "on")
             rates: dict[str, float] = {}

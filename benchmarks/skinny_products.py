@@ -47,12 +47,13 @@ def sweep(name: str, m: int, weights: list[torch.Tensor], bandwidth: float, step
     def report(label: str, call: object, check: torch.Tensor | None = None) -> float:
         ms = product_ms(call, len(weights), steps)
         row = {"product": name, "rows": m, "kernel": label, "us": round(ms * 1e3, 1)}
-        row["share"] = round(read / (ms / 1e3) / bandwidth, 3)
+        share = round(read / (ms / 1e3) / bandwidth, 3)
+        row["share"] = share
         if check is not None:
             error = (check.float() - expected).abs().max() / expected.abs().max()
             row["max_rel_diff"] = float(f"{error.item():.2e}")
         print(json.dumps(row), flush=True)
-        return row["share"]
+        return share
 
     report("cublas", lambda: F.linear(x, next(layer)))
     torch.backends.cuda.preferred_blas_library("cublaslt")

@@ -27,30 +27,46 @@ import argparse
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from openjarvis.runtime.torch.engine import TorchEngine
+    from openjarvis.runtime.torch.model import ModelConfig
+    from openjarvis.runtime.torch.runner import Runner, StepInputs
 
 __all__ = ["main"]
 
 
-def decode_inputs(runner: object, batch: int, context: int) -> object:
+def _runner(engine: "TorchEngine") -> "Runner":
+    """The engine's runner: its steps run in this process (`engine_process=False`)."""
+    from openjarvis.runtime.torch.core import EngineCore
+
+    core = engine._core
+    assert isinstance(core, EngineCore), "the engine's core in this process"
+    return core.runner
+
+
+def decode_inputs(runner: "Runner", batch: int, context: int) -> "StepInputs":
     """A decode step of `batch` rows, each at position `context` with its own blocks."""
     from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
 
     blocks_per_row = -(-(context + 1) // BLOCK_SIZE)
-    width = runner.table_width  # type: ignore[attr-defined]
-    assert 1 + batch * blocks_per_row <= runner.blocks, "the cache holds every row"  # type: ignore[attr-defined]
+    width = runner.table_width
+    assert 1 + batch * blocks_per_row <= runner.blocks, "the cache holds every row"
     tables = torch.zeros(batch, width, dtype=torch.int32)
     for row in range(batch):
         first = 1 + row * blocks_per_row
         tables[row, :blocks_per_row] = torch.arange(first, first + blocks_per_row)
     positions = torch.full((batch, 1), context, dtype=torch.long)
     slots = tables[:, context // BLOCK_SIZE, None].long() * BLOCK_SIZE + context % BLOCK_SIZE
-    tokens = torch.randint(0, runner.model.config.vocab_size, (batch, 1))  # type: ignore[attr-defined]
+    tokens = torch.randint(0, runner.model.config.vocab_size, (batch, 1))
     return StepInputs(True, True, tokens, positions, slots, tables)
 
 
-def mixed_inputs(runner: object, batch: int, context: int, prompt_rows: int) -> object:
+def mixed_inputs(runner: "Runner", batch: int, context: int, prompt_rows: int) -> "StepInputs":
     """A decode step of `batch` rows at position `context`, then `prompt_rows` prompt rows:
     prompts of `context` tokens (the last one shorter), one query a row at positions 0.., each
     prompt over the blocks of a decode row (their keys are what a timing needs, not theirs)."""
@@ -61,51 +77,53 @@ def mixed_inputs(runner: object, batch: int, context: int, prompt_rows: int) -> 
         return decode
     index = torch.arange(prompt_rows)
     positions = index % context
-    tables = decode.tables[(index // context) % batch]  # type: ignore[attr-defined]
+    tables = decode.tables[(index // context) % batch]
     slots = tables.long()[index, positions // BLOCK_SIZE] * BLOCK_SIZE + positions % BLOCK_SIZE
-    tokens = torch.randint(0, runner.model.config.vocab_size, (prompt_rows, 1))  # type: ignore[attr-defined]
+    tokens = torch.randint(0, runner.model.config.vocab_size, (prompt_rows, 1))
     return StepInputs(
         True,
         True,
-        torch.cat([decode.tokens, tokens]),  # type: ignore[attr-defined]
-        torch.cat([decode.positions, positions[:, None]]),  # type: ignore[attr-defined]
-        torch.cat([decode.slots, slots[:, None]]),  # type: ignore[attr-defined]
-        torch.cat([decode.tables, tables]),  # type: ignore[attr-defined]
+        torch.cat([decode.tokens, tokens]),
+        torch.cat([decode.positions, positions[:, None]]),
+        torch.cat([decode.slots, slots[:, None]]),
+        torch.cat([decode.tables, tables]),
     )
 
 
-def prefill_inputs(runner: object, length: int, cached: int, width: int) -> object:
+def prefill_inputs(runner: "Runner", length: int, cached: int, width: int) -> "StepInputs":
     """One row's prefill of `length` tokens after `cached` ones, its table `width` blocks."""
     from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
 
     blocks = -(-(cached + length) // BLOCK_SIZE)
-    assert blocks <= width <= runner.table_width and blocks < runner.blocks  # type: ignore[attr-defined]
+    assert blocks <= width <= runner.table_width and blocks < runner.blocks
     tables = torch.zeros(1, width, dtype=torch.int32)
     tables[0, :blocks] = torch.arange(1, 1 + blocks)
     positions = torch.arange(cached, cached + length)[None]
     slots = tables.long()[0, positions // BLOCK_SIZE] * BLOCK_SIZE + positions % BLOCK_SIZE
-    tokens = torch.randint(0, runner.model.config.vocab_size, (1, length))  # type: ignore[attr-defined]
+    tokens = torch.randint(0, runner.model.config.vocab_size, (1, length))
     return StepInputs(False, True, tokens, positions, slots, tables)
 
 
-def time_calls(call: object, steps: int) -> float:
+def time_calls(call: Callable[[], torch.Tensor], steps: int) -> float:
     """Milliseconds per call, each one's argmax read back (as the engine waits for a prefill)."""
     for _ in range(3):
-        call().argmax(dim=-1).tolist()  # type: ignore[operator]
+        call().argmax(dim=-1).tolist()
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(steps):
-        call().argmax(dim=-1).tolist()  # type: ignore[operator]
+        call().argmax(dim=-1).tolist()
     return (time.perf_counter() - start) / steps * 1e3
 
 
-def calls_kernels(call: object, steps: int, top: int = 12) -> tuple[float, list[dict]]:
+def calls_kernels(
+    call: Callable[[], object], steps: int, top: int = 12
+) -> tuple[float, list[dict[str, object]]]:
     """GPU time per call (ms) and its kernels grouped by name, largest first."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as trace:
         for _ in range(steps):
-            call()  # type: ignore[operator]
+            call()
         torch.cuda.synchronize()
     totals: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
@@ -120,26 +138,26 @@ def calls_kernels(call: object, steps: int, top: int = 12) -> tuple[float, list[
     return sum(totals.values()) / steps / 1e3, rows
 
 
-def prefill_diagnose(engine: object, lengths: list[int], cached: int, steps: int) -> None:
+def prefill_diagnose(engine: "TorchEngine", lengths: list[int], cached: int, steps: int) -> None:
     """Print one prefill step's parts at each length (the module's list)."""
-    runner = engine._core.runner  # type: ignore[attr-defined]
+    runner = _runner(engine)
     assert runner.prefill_graphs, "the engine captured prefill graphs"
     for length in lengths:
         with torch.inference_mode():
             prefill_one(runner, length, cached, steps)
 
 
-def prefill_one(runner: object, length: int, cached: int, steps: int) -> None:
+def prefill_one(runner: "Runner", length: int, cached: int, steps: int) -> None:
     from openjarvis.runtime.torch.runner import BLOCK_SIZE, _on
 
-    device = runner.device  # type: ignore[attr-defined]
+    device = runner.device
     blocks = -(-(cached + length) // BLOCK_SIZE)
     exact = _on(prefill_inputs(runner, length, cached, blocks), device)
-    wide = _on(prefill_inputs(runner, length, cached, runner.table_width), device)  # type: ignore[attr-defined]
-    eager = runner._prefill  # type: ignore[attr-defined]
+    wide = _on(prefill_inputs(runner, length, cached, runner.table_width), device)
+    eager = runner._prefill
     calls = {
-        "graph": lambda: runner.run(exact),  # type: ignore[attr-defined]
-        "widest graph": lambda: runner.run(wide),  # type: ignore[attr-defined]
+        "graph": lambda: runner.run(exact),
+        "widest graph": lambda: runner.run(wide),
         "eager": lambda: eager(exact.tokens, exact.positions, exact.slots, exact.tables),
     }
     summary: dict[str, object] = {"length": length, "cached": cached, "blocks": blocks}
@@ -152,9 +170,9 @@ def prefill_one(runner: object, length: int, cached: int, steps: int) -> None:
         print(f"  {row['ms']:7.3f} ms  x{row['calls']:5.1f}  {row['kernel']}")
 
 
-def time_replay(runner: object, inputs: object, steps: int, pick: bool) -> float:
+def time_replay(runner: "Runner", inputs: "StepInputs", steps: int, pick: bool) -> float:
     """Milliseconds per step."""
-    run = runner.run  # type: ignore[attr-defined]
+    run = runner.run
     for _ in range(3):
         run(inputs)
     torch.cuda.synchronize()
@@ -167,7 +185,7 @@ def time_replay(runner: object, inputs: object, steps: int, pick: bool) -> float
     return (time.perf_counter() - start) / steps * 1e3
 
 
-def time_host(engine: object, batch: int, context: int, steps: int) -> dict[str, float]:
+def time_host(engine: "TorchEngine", batch: int, context: int, steps: int) -> dict[str, float]:
     """Milliseconds of Python per step: the step's inputs (its rows and their tensors), and
     recording its tokens."""
     from openjarvis.runtime.torch.paged import BlockPool
@@ -198,27 +216,29 @@ def time_host(engine: object, batch: int, context: int, steps: int) -> dict[str,
     return {"inputs_ms": build / steps * 1e3, "finish_ms": record / steps * 1e3}
 
 
-def kernel_table(runner: object, inputs: object, steps: int) -> tuple[float, list[dict]]:
+def kernel_table(
+    runner: "Runner", inputs: "StepInputs", steps: int
+) -> tuple[float, list[dict[str, object]]]:
     """GPU time per step (ms) and its kernels grouped by name, largest first."""
-    return calls_kernels(lambda: runner.run(inputs), steps, top=14)  # type: ignore[attr-defined]
+    return calls_kernels(lambda: runner.run(inputs), steps, top=14)
 
 
-def layer_products(config: object) -> dict[str, tuple[int, int]]:
+def layer_products(config: "ModelConfig") -> dict[str, tuple[int, int]]:
     """(K, N) of each weight product of a layer as the model runs them (q, k and v stacked in
     wqkv, gate and up in w13), and of the output head."""
-    dim, hidden = config.dim, config.intermediate_size  # type: ignore[attr-defined]
-    heads = config.n_heads * config.head_dim  # type: ignore[attr-defined]
-    kv = config.n_kv_heads * config.head_dim  # type: ignore[attr-defined]
+    dim, hidden = config.dim, config.intermediate_size
+    heads = config.n_heads * config.head_dim
+    kv = config.n_kv_heads * config.head_dim
     return {
         "wqkv": (dim, heads + 2 * kv),
         "wo": (heads, dim),
         "w13": (dim, 2 * hidden),
         "w2": (hidden, dim),
-        "output": (dim, config.vocab_size),  # type: ignore[attr-defined]
+        "output": (dim, config.vocab_size),
     }
 
 
-def gemm_bandwidth(config: object, batch: int, bandwidth: float) -> list[dict]:
+def gemm_bandwidth(config: "ModelConfig", batch: int, bandwidth: float) -> list[dict[str, object]]:
     """torch.mm at M = batch on each of `layer_products`: achieved share of the copy
     bandwidth."""
     rows = []
@@ -250,15 +270,15 @@ def gemm_bandwidth(config: object, batch: int, bandwidth: float) -> list[dict]:
 
 
 def diagnose(
-    engine: object, batches: list[int], context: int, steps: int, prompt_rows: int = 0
+    engine: "TorchEngine", batches: list[int], context: int, steps: int, prompt_rows: int = 0
 ) -> None:
     """Print the step's parts at each batch size (the module's list)."""
-    runner = engine._core.runner  # type: ignore[attr-defined]
-    bandwidth = engine.bandwidth_bytes_per_s  # type: ignore[attr-defined]
+    runner = _runner(engine)
+    bandwidth = engine.bandwidth_bytes_per_s
     assert bandwidth is not None
     for batch in batches:
         inputs = mixed_inputs(runner, batch, context, prompt_rows)
-        step_bytes = engine.weight_bytes() + batch * engine.kv_bytes(context)  # type: ignore[attr-defined]
+        step_bytes = engine.weight_bytes() + batch * engine.kv_bytes(context)
         summary = {
             "batch": batch,
             "prompt_rows": prompt_rows,
@@ -273,7 +293,7 @@ def diagnose(
         for row in kernels:
             print(f"  {row['ms']:7.3f} ms  x{row['calls']:5.1f}  {row['kernel']}")
         rows = batch + prompt_rows
-        for row in gemm_bandwidth(engine.config, rows, bandwidth):  # type: ignore[attr-defined]
+        for row in gemm_bandwidth(engine.config, rows, bandwidth):
             print(
                 f"  mm {row['product']:11s} {row['us']:8.1f} us  {row['share']:5.2f} of copy bw"
                 f"  {row['tflops']:6.1f} TFLOP/s"
@@ -314,7 +334,7 @@ def main() -> None:
     started = time.monotonic()
     engine = TorchEngine(args.preset, settings)
     load_s = time.monotonic() - started
-    buckets = sorted(engine._core.runner.graphs)  # type: ignore[union-attr]
+    buckets = sorted(_runner(engine).graphs)
     state = engine.settings_dict()["one_row_kernel_state"]
     print(f"{args.preset}: engine up in {load_s:.1f} s (buckets {buckets}; one-row kernel {state})")
     if args.prefill:

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 from textual import events
@@ -81,6 +82,10 @@ def direct_decode_tokens_per_s(engine: Recording, folder: Path, max_tokens: int)
     return engine.first_rate()
 
 
+def _grown(prompt: HistoryInput, before: int) -> bool:
+    return len(prompt.value) > before
+
+
 async def _wait(condition: Callable[[], bool], timeout_s: float = 600.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -120,7 +125,7 @@ async def app_run(
                 # What a terminal driver does with a key; the pilot's press would also wait
                 # for the whole app to go idle, which a streaming reply never lets it do.
                 app._driver.send_message(events.Key("x", "x"))  # type: ignore[union-attr]
-                await _wait(lambda before=before: len(prompt.value) > before, 10.0)
+                await _wait(partial(_grown, prompt, before), 10.0)
                 echoes.append(time.perf_counter() - start_s)
                 await asyncio.sleep(0.2)
             await _wait(lambda: not app.busy)
