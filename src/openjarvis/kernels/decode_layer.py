@@ -118,6 +118,20 @@ def _tile(w, t, N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.
 
 
 @triton.jit
+def _tiles(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
+    w, t, N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr,
+    GLU: tl.constexpr,
+):  # fmt: skip
+    """Tile t of w, and with GLU (w is [gate; up], [2 N, K]) the same rows of up; without, the
+    tile again."""
+    tile = _tile(w, t, N, K, KP, BLOCK_N)
+    up = tile
+    if GLU != 0:
+        up = _tile(w + N * K, t, N, K, KP, BLOCK_N)
+    return tile, up
+
+
+@triton.jit
 def _residual_norm(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
     x_ptr, pending_ptr, post_ptr, pre_ptr, eps, x_scale,
     DIM: tl.constexpr, DIM_P: tl.constexpr, HAS_PENDING: tl.constexpr, POST_NORM: tl.constexpr,
@@ -156,15 +170,9 @@ def _products(  # type: ignore[no-untyped-def]  # a Triton function: triton type
     tile, up_tile = first, first_up
     for t in range(pid, tiles, P):
         if AHEAD:
-            next_tile = _tile(w, t + P, N, K, KP, BLOCK_N)
-            next_up = next_tile
-            if GLU != 0:
-                next_up = _tile(w + N * K, t + P, N, K, KP, BLOCK_N)
+            next_tile, next_up = _tiles(w, t + P, N, K, KP, BLOCK_N, GLU)
         elif t != pid:
-            tile = _tile(w, t, N, K, KP, BLOCK_N)
-            up_tile = tile
-            if GLU != 0:
-                up_tile = _tile(w + N * K, t, N, K, KP, BLOCK_N)
+            tile, up_tile = _tiles(w, t, N, K, KP, BLOCK_N, GLU)
         result = tl.sum(tile.to(tl.float32) * row[None, :], axis=1)
         if GLU != 0:
             gate = _round(result, out)
@@ -422,8 +430,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
     if PHASE == 0 or PHASE == 3:
         _plain_products(wo, attended, out, bar, 2 * P, pid, P, DIM, ATT, ATT_P, N_O, WAIT, AHEAD)
     if PHASE == 0 or PHASE == 4:
-        first = _tile(w13, pid, HIDDEN, DIM, DIM_P, N_13)
-        first_up = _tile(w13 + HIDDEN * DIM, pid, HIDDEN, DIM, DIM_P, N_13)
+        first, first_up = _tiles(w13, pid, HIDDEN, DIM, DIM_P, N_13, GLU)
         _wait(bar, 3 * P, WAIT)
         value, normed = _residual_norm(
             between, out, post_attention_norm, ffn_norm, eps, 1.0, DIM, DIM_P, True, SANDWICH,
