@@ -87,11 +87,9 @@ def compile_sm90(
     warps: int,
     stages: int | None = None,
     pdl: bool = False,
-    most_registers: int | None = None,
 ) -> Resources:
     """`kernel` with `constants` for its constexpr arguments, its others typed by name
-    (`_TYPES`; a pointer to bf16 where not named there). `most_registers`: a thread's cap
-    (ptxas spills past it; Triton's `maxnreg`)."""
+    (`_TYPES`; a pointer to bf16 where not named there)."""
     names = kernel.arg_names
     signature = {n: "constexpr" if n in constants else _TYPES.get(n, "*bf16") for n in names}
     # A launch tells Triton which pointers are 16-byte aligned (torch's allocations are) and
@@ -109,8 +107,6 @@ def compile_sm90(
         options["num_stages"] = stages
     if pdl:
         options["launch_pdl"] = True
-    if most_registers is not None:
-        options["maxnreg"] = most_registers
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     # Triton's CUDA back end carries cuobjdump; its resource line is the one place a
     # GPU-less compile states registers and stack.
