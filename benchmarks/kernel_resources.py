@@ -31,7 +31,11 @@ def main() -> None:
     args = parser.parse_args()
     from openjarvis.kernels import decode_layer
     from openjarvis.kernels.decode_layer import PHASES, decode_layer_kernel, warps
-    from openjarvis.kernels.paged_attention import _paged_attention_kernel, tile_for
+    from openjarvis.kernels.paged_attention import (
+        _paged_attention_kernel,
+        rows_per_program,
+        tile_for,
+    )
     from openjarvis.kernels.sm90 import Resources, compile_sm90, fit_together
     from openjarvis.runtime.torch.model import config_for
     from openjarvis.runtime.torch.one_row import kernel_constants
@@ -60,9 +64,8 @@ def main() -> None:
         record |= {"copies_ahead": found.copies_ahead}
         print(json.dumps(record))
 
-    print(
-        f"{'launch':<34} {'warps':>5} {'registers':>9} {'spilled':>7} {'shared':>8} {'per SM':>6}"
-    )
+    header = f"{'launch':<34} {'warps':>5} {'registers':>9} {'spilled':>7} {'shared':>8}"
+    print(f"{header} {'per SM':>6} {'ahead':>6}")
     launches = {number: phase(number) for number in range(1, PHASES + 1)}
     for number, found in launches.items():
         before = launches[number - 1 if number > 1 else PHASES]  # A follows the last layer's E
@@ -75,7 +78,7 @@ def main() -> None:
     group = config.n_heads // config.n_kv_heads
     group_pad = triton.next_power_of_2(group)
     paged = {
-        "GROUP": group, "GROUP_PAD": group_pad, "ROWS": max(1, 16 // group_pad),
+        "GROUP": group, "GROUP_PAD": group_pad, "ROWS": rows_per_program(1, group),
         "HEAD_DIM": config.head_dim, "BLOCK": 16, "TILE": tile_for(config.head_dim),
         "ONE_SPLIT": False,
     }  # fmt: skip
