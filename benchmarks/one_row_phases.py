@@ -55,23 +55,19 @@ def main() -> None:
         programs = torch.cuda.get_device_properties(device).multi_processor_count
         results: dict[str, object] = {"preset": args.preset, "context": args.context}
         five = tuple(range(1, PHASES + 1))
-        layers = {
-            "one_launch": ((0,), False),
-            "five_launches": (five, False),
-            # Each launch starting while the one before runs (programmatic dependent launch),
-            # where this Triton has its grid controls.
-            **({"five_launches_pdl": (five, True)} if gdc_wait is not None else {}),
-            **{f"phase_{p}_alone": ((p,), False) for p in five},
-        }
-        for name, (phases, pdl) in layers.items():
-            one_row = OneRowStep(model, programs, phases=phases, pdl=pdl)
-            results[f"{name}_ms"] = round(graph_ms(lambda o=one_row: o(*step), 300), 4)
-        # The sweep sets the module's launch constants (the engine's stay as they are): each
-        # phase at 4 warps; attention at other key tiles and its parts combined several a load;
-        # the five launches at 16 keys; and a build whose every phase fits an SM beside the one
-        # before (tiles of at most 8,192 weights, attention at 4 warps: kernel_resources.py),
-        # with and without PDL.
         alone = tuple((p,) for p in five)
+        # Each run: a label, the module's launch constants it sets (the engine's stay as they
+        # are), the launches timed (one persistent launch a layer, five, a phase alone), PDL.
+        # First the engine's build: one launch, five, each phase alone, five with programmatic
+        # dependent launch (where this Triton has its grid controls).
+        runs: list[tuple[str, dict[str, int], tuple[tuple[int, ...], ...], bool]] = [
+            ("", {}, ((0,), five, *alone), False)
+        ]
+        runs += [("pdl", {}, (five,), True)] if gdc_wait is not None else []
+        # The sweep: each phase at 4 warps; attention at other key tiles and its parts combined
+        # several a load; the five launches at 16 keys; and a build whose every phase fits an SM
+        # beside the one before (tiles of at most 8,192 weights, attention at 4 warps:
+        # kernel_resources.py), with and without PDL.
         fit = {"_MOST_TILE": 8192, "_TILE": 16, "_ATTENTION_WARPS": 4, "_COMBINE": 16}
         sweeps: list[tuple[str, dict[str, int], tuple[tuple[int, ...], ...], bool]] = [
             ("warps_4", {"_WARPS": 4, "_ATTENTION_WARPS": 4}, alone, False),
@@ -88,17 +84,18 @@ def main() -> None:
         if gdc_wait is not None:
             sweeps.append(("tile_16_combine_16_pdl", {"_TILE": 16, "_COMBINE": 16}, (five,), True))
             sweeps.append(("fit_pdl", fit, (five,), True))
-        for label, changes, runs, pdl in sweeps if args.sweep else []:
+        runs += sweeps if args.sweep else []
+        for label, changes, launches, pdl in runs:
             kept = {name: getattr(decode_layer, name) for name in changes}
             for name, value in changes.items():
                 setattr(decode_layer, name, value)
             try:
-                for phases in runs:
+                for phases in launches:
                     one_row = OneRowStep(model, programs, phases=phases, pdl=pdl)
                     ms = graph_ms(lambda o=one_row: o(*step), 300)
                     what = "five_launches" if len(phases) > 1 else f"phase_{phases[0]}_alone"
                     what = "one_launch" if phases == (0,) else what
-                    results[f"{what}_{label}_ms"] = round(ms, 4)
+                    results[f"{what}_{label}_ms" if label else f"{what}_ms"] = round(ms, 4)
             finally:
                 for name, value in kept.items():
                     setattr(decode_layer, name, value)
@@ -112,7 +109,9 @@ def main() -> None:
     step_bytes = bytes_read.weight_bytes() + bytes_read.kv_bytes(args.context + 1)
     roofline = step_bytes / bandwidth.bytes_per_s * 1e3
     results["roofline_ms"] = round(roofline, 4)
-    results["share_one_launch"] = round(roofline / results["one_launch_ms"], 3)  # type: ignore[operator]
+    one_launch_ms = results["one_launch_ms"]
+    assert isinstance(one_launch_ms, float)
+    results["share_one_launch"] = round(roofline / one_launch_ms, 3)
     print(json.dumps(results))
 
 
