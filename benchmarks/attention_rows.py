@@ -14,6 +14,7 @@ the two ways are compared.
 
 import argparse
 import json
+from collections.abc import Callable
 
 import torch
 import triton
@@ -37,11 +38,11 @@ def layout(batch: int, prompt_rows: int, context: int, width: int, block: int) -
     return row_tables, contexts, 1 + (batch + prompts) * per_row
 
 
-def step_ms(call: object, layers: int, steps: int) -> float:
+def step_ms(call: Callable[[], torch.Tensor], layers: int, steps: int) -> float:
     """Milliseconds per replay of a CUDA graph of `layers` calls."""
 
     def layers_calls() -> torch.Tensor:
-        return [call() for _ in range(layers)][-1]  # type: ignore[operator]
+        return [call() for _ in range(layers)][-1]
 
     return graph_ms(layers_calls, steps)
 

@@ -14,6 +14,8 @@ against cuBLAS's first (max relative difference printed).
 import argparse
 import itertools
 import json
+from collections.abc import Callable, Iterator
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +34,17 @@ def configs() -> list[SkinnyConfig]:
     return [SkinnyConfig(n, k, split, warps, stages) for n, k, split, warps, stages in grid]
 
 
-def product_ms(call: object, layers: int, steps: int) -> float:
+def _skinny_next(
+    x: torch.Tensor,
+    layer: Iterator[torch.Tensor],
+    config: SkinnyConfig,
+    space: tuple[torch.Tensor, torch.Tensor],
+) -> torch.Tensor:
+    """The Triton product on the next layer's weight."""
+    return skinny_mm(x, next(layer), config, space)
+
+
+def product_ms(call: Callable[[], torch.Tensor], layers: int, steps: int) -> float:
     return step_ms(call, layers, steps) / layers
 
 
@@ -44,7 +56,9 @@ def sweep(name: str, m: int, weights: list[torch.Tensor], bandwidth: float, step
     expected = F.linear(x, weights[0]).float()
     layer = itertools.cycle(weights)
 
-    def report(label: str, call: object, check: torch.Tensor | None = None) -> float:
+    def report(
+        label: str, call: Callable[[], torch.Tensor], check: torch.Tensor | None = None
+    ) -> float:
         ms = product_ms(call, len(weights), steps)
         row = {"product": name, "rows": m, "kernel": label, "us": round(ms * 1e3, 1)}
         share = round(read / (ms / 1e3) / bandwidth, 3)
@@ -64,9 +78,8 @@ def sweep(name: str, m: int, weights: list[torch.Tensor], bandwidth: float, step
         space = workspace_for(m, n, config, x.device)
         try:
             check = skinny_mm(x, weights[0], config, space)
-            share = report(
-                f"triton {config}", lambda c=config, s=space: skinny_mm(x, next(layer), c, s), check
-            )
+            call = partial(_skinny_next, x, layer, config, space)
+            share = report(f"triton {config}", call, check)
         except Exception as error:  # a launch shape the GPU cannot hold (shared memory)
             message = str(error).splitlines()[0][:120]
             print(json.dumps({"product": name, "rows": m, "kernel": str(config), "error": message}))
