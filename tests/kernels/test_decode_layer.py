@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from collections.abc import Callable  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
 from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for  # noqa: E402
@@ -46,6 +47,36 @@ def _restore(model: Transformer, caches: list["torch.Tensor"]) -> None:
         target.copy_(saved)
 
 
+def _against_the_model(
+    model: Transformer,
+    tokens: "torch.Tensor",
+    table: "torch.Tensor",
+    step: Callable[..., "torch.Tensor"],
+) -> tuple["torch.Tensor", "torch.Tensor", list["torch.Tensor"], list["torch.Tensor"]]:
+    """The prompt (all of `tokens` [1, T] but the last) prefilled through `table`, then the
+    last token's step by `step` and by the model's own modules from the same cache: their
+    hidden states after the final norm, and the caches after each."""
+    device = tokens.device
+    prompt = tokens.size(1) - 1
+    positions = torch.arange(prompt + 1, device=device).view(1, -1)
+    slots = table[0, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+    with torch.no_grad():
+        model(tokens[:, :prompt], Layout(positions[:, :prompt], slots[:, :prompt], table))
+        before = _caches(model)
+        row = (tokens[:, prompt:], positions[:, prompt:], slots[:, prompt:], table)
+        expected = model.norm(model.hidden(row[0], Layout(*row[1:]))[:, -1])
+        expected_caches = _caches(model)
+        _restore(model, before)
+        got = step(*row)
+    return got, expected, _caches(model), expected_caches
+
+
+def _tolerance(dtype: "torch.dtype") -> dict[str, float]:
+    """bf16 on a GPU, rounded in other orders; float32 under the interpreter."""
+    bound = 3e-2 if dtype == torch.bfloat16 else 1e-4
+    return {"atol": bound, "rtol": bound}
+
+
 @pytest.mark.parametrize("preset", ["tiny-gemma3", "tiny-llama", "tiny-qwen3"])
 @pytest.mark.parametrize("prompt", [1, 21, 100])
 @pytest.mark.parametrize(
@@ -81,22 +112,10 @@ def test_one_row_step_gives_the_models_hidden_state_and_cache(
     table = blocks.to(torch.int32).view(1, -1).to(device)
     tokens = torch.randint(0, model.config.vocab_size, (1, prompt + 1), generator=generator)
     tokens = tokens.to(device)
-    positions = torch.arange(prompt + 1, device=device).view(1, -1)
-    slots = table[0, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
-    with torch.no_grad():
-        prefill = Layout(positions[:, :prompt], slots[:, :prompt], table)
-        model(tokens[:, :prompt], prefill)
-        before = _caches(model)
-        step = (tokens[:, prompt:], positions[:, prompt:], slots[:, prompt:], table)
-        expected = model.norm(model.hidden(step[0], Layout(*step[1:]))[:, -1])
-        expected_caches = _caches(model)
-        _restore(model, before)
-        launches = tuple(range(1, PHASES + 1)) if phases else (0,)
-        got = OneRowStep(model, programs, phases=launches, pdl=pdl)(*step)
-        got_caches = _caches(model)
-    tolerance = (
-        {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {"atol": 1e-4, "rtol": 1e-4}
-    )
+    launches = tuple(range(1, PHASES + 1)) if phases else (0,)
+    step = OneRowStep(model, programs, phases=launches, pdl=pdl)
+    got, expected, got_caches, expected_caches = _against_the_model(model, tokens, table, step)
+    tolerance = _tolerance(dtype)
     torch.testing.assert_close(got, expected, **tolerance)
     for got_cache, expected_cache in zip(got_caches, expected_caches, strict=True):
         torch.testing.assert_close(got_cache, expected_cache, **tolerance)
@@ -116,7 +135,7 @@ def test_attention_parts_and_tiles_several_a_program_give_the_same_step(
     fourth); three query heads a KV head (a group padded to four, as Llama 3.2 3B's): the
     model's hidden state either way."""
     from openjarvis.kernels import decode_layer
-    from openjarvis.runtime.torch.one_row import OneRowStep
+    from openjarvis.runtime.torch.one_row import OneRowStep, kernel_constants
 
     monkeypatch.setattr(decode_layer, "_TILE", 16)
     monkeypatch.setattr(decode_layer, "_COMBINE", combine)
@@ -128,25 +147,10 @@ def test_attention_parts_and_tiles_several_a_program_give_the_same_step(
         programs = torch.cuda.get_device_properties(0).multi_processor_count
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = _model(replace(config_for("tiny-llama"), n_heads=6), device, dtype)
-    config = model.config
-    assert config.n_kv_heads == 2
-    constants = decode_layer.launch_constants(
-        dim=config.dim, heads=config.n_heads, kv_heads=2, head_dim=config.head_dim,
-        hidden=config.intermediate_size, block=BLOCK_SIZE, programs=programs, qk_norm=False,
-        sandwich=False, offset=False, activation="silu",
-    )  # fmt: skip
+    assert model.config.n_kv_heads == 2
+    constants = kernel_constants(model.config, block=BLOCK_SIZE, programs=programs)
     assert constants["AHEAD"] == (most_tile is not None)
-    prompt = 100
     table = torch.arange(1, 9, dtype=torch.int32, device=device).view(1, -1)
-    tokens = torch.randint(0, model.config.vocab_size, (1, prompt + 1), device=device)
-    positions = torch.arange(prompt + 1, device=device).view(1, -1)
-    slots = table[0, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
-    with torch.no_grad():
-        model(tokens[:, :prompt], Layout(positions[:, :prompt], slots[:, :prompt], table))
-        before = _caches(model)
-        step = (tokens[:, prompt:], positions[:, prompt:], slots[:, prompt:], table)
-        expected = model.norm(model.hidden(step[0], Layout(*step[1:]))[:, -1])
-        _restore(model, before)
-        got = OneRowStep(model, programs)(*step)
-    tolerance = 3e-2 if dtype == torch.bfloat16 else 1e-4
-    torch.testing.assert_close(got, expected, atol=tolerance, rtol=tolerance)
+    tokens = torch.randint(0, model.config.vocab_size, (1, 101), device=device)  # 100 cached
+    got, expected, _, _ = _against_the_model(model, tokens, table, OneRowStep(model, programs))
+    torch.testing.assert_close(got, expected, **_tolerance(dtype))
