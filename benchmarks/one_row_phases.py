@@ -33,7 +33,7 @@ def main() -> None:
     from openjarvis.runtime.torch.decode_roofline import DecodeRoofline, device_bandwidth
     from openjarvis.runtime.torch.model import Transformer, config_for
     from openjarvis.runtime.torch.one_row import OneRowStep
-    from openjarvis.runtime.torch.paged import Layout
+    from openjarvis.runtime.torch.paged import Layout, slots_of
 
     device, dtype = torch.device("cuda"), torch.bfloat16
     torch.manual_seed(0)
@@ -46,7 +46,7 @@ def main() -> None:
     model.setup_caches(width + 1, block_size, dtype)
     table = torch.arange(1, width + 1, dtype=torch.int32, device=device).view(1, -1)
     positions = torch.arange(args.context + 1, device=device).view(1, -1)
-    slots = table[0, positions // block_size].long() * block_size + positions % block_size
+    slots = slots_of(table, positions, block_size)
     tokens = torch.randint(0, config.vocab_size, (1, args.context + 1), device=device)
     with torch.inference_mode():
         cached = args.context

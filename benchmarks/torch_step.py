@@ -70,6 +70,7 @@ def mixed_inputs(runner: "Runner", batch: int, context: int, prompt_rows: int) -
     """A decode step of `batch` rows at position `context`, then `prompt_rows` prompt rows:
     prompts of `context` tokens (the last one shorter), one query a row at positions 0.., each
     prompt over the blocks of a decode row (their keys are what a timing needs, not theirs)."""
+    from openjarvis.runtime.torch.paged import slots_of
     from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
 
     decode = decode_inputs(runner, batch, context)
@@ -78,7 +79,7 @@ def mixed_inputs(runner: "Runner", batch: int, context: int, prompt_rows: int) -
     index = torch.arange(prompt_rows)
     positions = index % context
     tables = decode.tables[(index // context) % batch]
-    slots = tables.long()[index, positions // BLOCK_SIZE] * BLOCK_SIZE + positions % BLOCK_SIZE
+    slots = slots_of(tables, positions[:, None], BLOCK_SIZE)[:, 0]
     tokens = torch.randint(0, runner.model.config.vocab_size, (prompt_rows, 1))
     return StepInputs(
         True,
@@ -92,6 +93,7 @@ def mixed_inputs(runner: "Runner", batch: int, context: int, prompt_rows: int) -
 
 def prefill_inputs(runner: "Runner", length: int, cached: int, width: int) -> "StepInputs":
     """One row's prefill of `length` tokens after `cached` ones, its table `width` blocks."""
+    from openjarvis.runtime.torch.paged import slots_of
     from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
 
     blocks = -(-(cached + length) // BLOCK_SIZE)
@@ -99,7 +101,7 @@ def prefill_inputs(runner: "Runner", length: int, cached: int, width: int) -> "S
     tables = torch.zeros(1, width, dtype=torch.int32)
     tables[0, :blocks] = torch.arange(1, 1 + blocks)
     positions = torch.arange(cached, cached + length)[None]
-    slots = tables.long()[0, positions // BLOCK_SIZE] * BLOCK_SIZE + positions % BLOCK_SIZE
+    slots = slots_of(tables, positions, BLOCK_SIZE)
     tokens = torch.randint(0, runner.model.config.vocab_size, (1, length))
     return StepInputs(False, True, tokens, positions, slots, tables)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
 from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for  # noqa: E402
-from openjarvis.runtime.torch.paged import Layout  # noqa: E402
+from openjarvis.runtime.torch.paged import Layout, slots_of  # noqa: E402
 from tests.kernels.triton_device import KERNEL_MARKS, kernel_device  # noqa: E402
 
 pytestmark = KERNEL_MARKS
@@ -59,7 +59,7 @@ def _against_the_model(
     device = tokens.device
     prompt = tokens.size(1) - 1
     positions = torch.arange(prompt + 1, device=device).view(1, -1)
-    slots = table[0, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+    slots = slots_of(table, positions, BLOCK_SIZE)
     with torch.no_grad():
         model(tokens[:, :prompt], Layout(positions[:, :prompt], slots[:, :prompt], table))
         before = _caches(model)

@@ -42,6 +42,7 @@ def _logits(
 ) -> "torch.Tensor":
     """Float32 logits [steps, vocab]: the prompt's prefill, then one-row decode steps of the
     same tokens (teacher-forced: both runs see the same inputs whatever they would pick)."""
+    from openjarvis.runtime.torch.paged import slots_of
     from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
 
     settings = TorchSettings(
@@ -57,7 +58,7 @@ def _logits(
         runner = engine._core.runner  # type: ignore[union-attr]  # the core in this process
         table = torch.arange(1, runner.table_width + 1, dtype=torch.int32).view(1, -1)
         positions = torch.arange(len(tokens)).view(1, -1)
-        slots = table[0, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+        slots = slots_of(table, positions, BLOCK_SIZE)
         ids = torch.tensor(tokens).view(1, -1)
 
         def step(decode: bool, start: int, end: int) -> "torch.Tensor":

@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 
 from openjarvis.runtime.torch.loading import build_model, load_hf  # noqa: E402
 from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for  # noqa: E402
-from openjarvis.runtime.torch.paged import Layout, row_joins  # noqa: E402
+from openjarvis.runtime.torch.paged import Layout, row_joins, slots_of  # noqa: E402
 
 # float32 on both sides, but different operation orders (SDPA vs eager softmax, fused RoPE):
 # differences stay near 1e-5 of the logits' scale; 1e-4 leaves room for other CPUs.
@@ -84,7 +84,7 @@ def _layout(model: Transformer, rows: int, positions: torch.Tensor) -> Layout:
         [torch.arange(1 + (b + 1) * width - 1, b * width, -1) for b in range(rows)]
     ).to(torch.int32)
     where = positions.expand(rows, -1)  # [B, T]
-    slots = tables.long().gather(1, where // BLOCK) * BLOCK + where % BLOCK
+    slots = slots_of(tables, where, BLOCK)
     return Layout(where, slots, tables)
 
 
@@ -131,6 +131,13 @@ def test_last_only_returns_the_last_position() -> None:
 def test_heads_must_be_a_multiple_of_kv_heads() -> None:
     with pytest.raises(AssertionError, match="multiple of KV heads"):
         ModelConfig("bad", 16, 32, 1, n_heads=3, n_kv_heads=2, head_dim=8, intermediate_size=8)
+
+
+def test_a_position_s_slot_is_its_block_s_through_its_row_s_table() -> None:
+    tables = torch.tensor([[3, 5], [7, 2]], dtype=torch.int32)
+    positions = torch.tensor([[0, 3, 4, 6], [1, 4, 5, 7]])
+    expected = torch.tensor([[12, 15, 20, 22], [29, 8, 9, 11]])
+    assert torch.equal(slots_of(tables, positions, 4), expected)
 
 
 def test_rows_join_the_row_before_where_they_read_the_same_blocks() -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "PagedKV",
     "chain_key",
     "row_joins",
+    "slots_of",
     "uses_decode_kernel",
 ]
 
@@ -56,6 +57,12 @@ def row_joins(tables: Tensor, length: int) -> Tensor:
     joins = rows[:, None].repeat(1, length)
     joins[:, 1:] = True
     return joins.reshape(-1)
+
+
+def slots_of(tables: Tensor, positions: Tensor, block_size: int) -> Tensor:
+    """The cache slots [B, T] of each row's positions [B, T] through its table [B, W] (long):
+    the rule `Layout` states, for steps built from tensors."""
+    return tables.long().gather(1, positions // block_size) * block_size + positions % block_size
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from openjarvis.errors import UserError
 from openjarvis.runtime.torch.config import TorchSettings
 from openjarvis.runtime.torch.loading import build_model, load_checkpoint
 from openjarvis.runtime.torch.model import Transformer, config_for
-from openjarvis.runtime.torch.paged import SCRATCH_BLOCK, Layout
+from openjarvis.runtime.torch.paged import SCRATCH_BLOCK, Layout, slots_of
 from openjarvis.runtime.torch.parallel import (
     Cut,
     all_gather_last_dim,
@@ -403,7 +403,7 @@ class Runner:
         tokens = torch.randint(0, vocab, (1, length), generator=generator).to(self.device)
         positions = torch.arange(length, device=self.device).view(1, -1)
         table = table.to(self.device)
-        slots = table[0, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+        slots = slots_of(table, positions, BLOCK_SIZE)
         cached = length - 1
         self.model.hidden(
             tokens[:, :cached], Layout(positions[:, :cached], slots[:, :cached], table)
