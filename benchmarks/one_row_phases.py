@@ -10,6 +10,7 @@ preset's shape, `--context` positions cached.
 
 import argparse
 import json
+from functools import partial
 
 import torch
 from persistent_probe import graph_ms  # this folder is on the path
@@ -92,7 +93,7 @@ def main() -> None:
             try:
                 for phases in launches:
                     one_row = OneRowStep(model, programs, phases=phases, pdl=pdl)
-                    ms = graph_ms(lambda o=one_row: o(*step), 300)
+                    ms = graph_ms(partial(one_row, *step), 300)
                     what = "five_launches" if len(phases) > 1 else f"phase_{phases[0]}_alone"
                     what = "one_launch" if phases == (0,) else what
                     results[f"{what}_{label}_ms" if label else f"{what}_ms"] = round(ms, 4)

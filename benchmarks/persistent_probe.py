@@ -15,6 +15,8 @@ tiles are the layer kernel's, kernels/decode_layer.py)
 
 import argparse
 import json
+from collections.abc import Callable
+from functools import partial
 
 import torch
 import triton
@@ -22,6 +24,7 @@ import triton.language as tl
 
 from openjarvis.kernels.decode_layer import _barrier, _tile, _vector
 from openjarvis.runtime.torch.model import config_for
+from openjarvis.runtime.torch.runner import _captured
 
 __all__ = ["main"]
 
@@ -154,16 +157,10 @@ def _gemv_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton typ
     tl.store(out + n, value.to(tl.bfloat16), mask=n < N)
 
 
-def graph_ms(fn, steps: int = 200) -> float:  # type: ignore[no-untyped-def]  # any step
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+def graph_ms(fn: Callable[[], object], steps: int = 200) -> float:
+    """Milliseconds per replay of `fn` captured in a CUDA graph as the engine captures its
+    steps (warmed up on a side stream first)."""
+    graph, _ = _captured(fn, (), warm_ups=3, pool=None)
     for _ in range(5):
         graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -223,7 +220,7 @@ def main() -> None:
 
     results["cublaslt_ms"] = round(graph_ms(cublas), 4)
     for block in (4, 8, 16):
-        results[f"gemv_launches_n{block}_ms"] = round(graph_ms(lambda b=block: gemv(b)), 4)
+        results[f"gemv_launches_n{block}_ms"] = round(graph_ms(partial(gemv, block)), 4)
 
     pads = [triton.next_power_of_2(n) for n in (dim, att, hidden)]
 
@@ -239,7 +236,7 @@ def main() -> None:
             for warps in (4, 8):
                 kind = "prefetch" if prefetch else "plain"
                 name = f"persistent_{kind}_{'_'.join(map(str, blocks))}_w{warps}"
-                ms = graph_ms(lambda p=prefetch, b=blocks, w=warps: persistent(p, b, w))
+                ms = graph_ms(partial(persistent, prefetch, blocks, warps))
                 results[name + "_ms"] = round(ms, 4)
     count = 5 * layers
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import psutil
 import torch
@@ -582,12 +582,15 @@ class Runner:
             dist.destroy_process_group()
 
 
+_Output = TypeVar("_Output")
+
+
 def _captured(
-    step: Callable[..., Tensor],
+    step: Callable[..., _Output],
     arguments: tuple[Tensor, ...],
     warm_ups: int,
     pool: "_POOL_HANDLE | None",
-) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+) -> tuple[torch.cuda.CUDAGraph, _Output]:
     """`step` run `warm_ups` times on a side stream (kernels chosen, compiled, workspaces
     allocated), then captured as a CUDA graph; with its output, which each replay rewrites."""
     stream = torch.cuda.Stream()
