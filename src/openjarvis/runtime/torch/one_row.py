@@ -23,8 +23,8 @@ from openjarvis.runtime.torch.model import ModelConfig, RMSNorm, Transformer, Tr
 __all__ = ["LAUNCHES", "OneRowStep", "kernel_constants", "supported"]
 
 # A layer's phases one launch each: on an H200 the embedded shape's 18 layers took 0.474 ms
-# so against 0.542 as one persistent launch a layer (its barriers cost more than the launches
-# they replace there; benchmarks/one_row_phases.py, docs/benchmarks.md).
+# this way against 0.542 as one persistent launch a layer (its barriers cost more than the
+# launches they replace there; benchmarks/one_row_phases.py, docs/benchmarks.md).
 LAUNCHES = tuple(range(1, PHASES + 1))
 
 
