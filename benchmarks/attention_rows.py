@@ -15,10 +15,14 @@ the two ways are compared.
 import argparse
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import triton
 from persistent_probe import graph_ms  # this folder is on the path
+
+if TYPE_CHECKING:
+    from openjarvis.runtime.torch.model import ModelConfig
 
 __all__ = ["main"]
 
@@ -70,7 +74,11 @@ def main() -> None:
 
 
 def compare(
-    config: object, tables: torch.Tensor, contexts: torch.Tensor, blocks: int, args: object
+    config: "ModelConfig",
+    tables: torch.Tensor,
+    contexts: torch.Tensor,
+    blocks: int,
+    args: argparse.Namespace,
 ) -> dict[str, object]:
     """One layout's rows alone against runs together, each `--rows`, in ms per step."""
     from functools import partial
@@ -79,7 +87,7 @@ def compare(
     from openjarvis.runtime.torch.paged import row_joins
     from openjarvis.runtime.torch.runner import BLOCK_SIZE
 
-    heads, kv_heads, head_dim = config.n_heads, config.n_kv_heads, config.head_dim  # type: ignore[attr-defined]
+    heads, kv_heads, head_dim = config.n_heads, config.n_kv_heads, config.head_dim
     device = tables.device
     shape = (blocks, BLOCK_SIZE, kv_heads, head_dim)
     k = torch.randn(shape, device=device, dtype=torch.bfloat16)
@@ -90,12 +98,12 @@ def compare(
     step = partial(
         paged_decode_attention, q, k, v, tables, contexts, scale=head_dim**-0.5, window=0
     )
-    layers, steps = args.layers, args.steps  # type: ignore[attr-defined]
+    layers, steps = args.layers, args.steps
     before = step(joins=alone)
     result: dict[str, object] = {"rows": tables.size(0)}
     result["alone_ms"] = round(step_ms(partial(step, joins=alone), layers, steps), 3)
     default = rows_per_program(tables.size(0), heads // kv_heads)
-    tried = {default, *(int(r) for r in args.rows.split(","))}  # type: ignore[attr-defined]
+    tried = {default, *(int(r) for r in args.rows.split(","))}
     for rows in sorted(tried):
         if rows * triton.next_power_of_2(heads // kv_heads) < 16:  # the operator refuses it
             continue

@@ -131,7 +131,8 @@ def run_series(
     time.sleep(SETTLE_S)
     idle_before_w = counter.idle_w(IDLE_S)
     meter.measure_idle(IDLE_S)
-    meter_idle_w = next(iter(v for v in meter.idle.power_w.values() if v is not None))  # type: ignore[union-attr]
+    assert meter.idle is not None, "measure_idle sets the meter's idle"
+    meter_idle_w = next(v for v in meter.idle.power_w.values() if v is not None)
     time.sleep(SETTLE_S)
     start_s, start_j = counter.at_refresh()
     cpu_start_s, wall_start_s = sampler_cpu_s(), time.monotonic()
@@ -161,10 +162,11 @@ def run_series(
     results = [handle.result for handle in handles]
     window_s = statistics.fmean(r.duration_s for r in results)
     truth_net_j = ((end_j - start_j) - idle_w * (end_s - start_s)) / bursts
-    nets = [r.net_energy_j for r in results]
-    grosses = [r.energy_j for r in results]
-    tails = [r.tail_energy_j for r in results]
-    known = None not in nets and None not in grosses
+    nets = [r.net_energy_j for r in results if r.net_energy_j is not None]
+    grosses = [r.energy_j for r in results if r.energy_j is not None]
+    tails = [r.tail_energy_j for r in results if r.tail_energy_j is not None]
+    known = len(nets) == len(grosses) == len(results)
+    net_j = sum(nets)
     bracket_j = (end_j - start_j) - meter_idle_w * (end_s - start_s)
     zeus_net = (
         statistics.fmean(energy - idle_w * seconds for energy, seconds in zeus_j)
@@ -177,12 +179,12 @@ def run_series(
         window_s=window_s,
         truth_net_j=truth_net_j,
         truth_gross_j=truth_net_j + idle_w * window_s,
-        meter_net_j=statistics.fmean(nets) if known else None,  # type: ignore[arg-type]
-        meter_gross_j=statistics.fmean(grosses) if known else None,  # type: ignore[arg-type]
+        meter_net_j=statistics.fmean(nets) if known else None,
+        meter_gross_j=statistics.fmean(grosses) if known else None,
         meter_tail_share=(
-            sum(tails) / sum(nets) if known and None not in tails and sum(nets) else None  # type: ignore[arg-type]
+            sum(tails) / net_j if known and len(tails) == len(results) and net_j else None
         ),
-        sum_vs_bracket=sum(nets) / bracket_j if known else None,  # type: ignore[arg-type]
+        sum_vs_bracket=net_j / bracket_j if known else None,
         zeus_net_j=zeus_net,
         caller_ms_median=1000 * statistics.median(caller_s),
         caller_ms_max=1000 * max(caller_s),

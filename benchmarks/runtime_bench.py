@@ -74,11 +74,13 @@ def theirs(llama: llama_cpp.Llama, max_tokens: int, tokens: int) -> Timing:
     llama.reset()
     start_s = time.monotonic()
     arrivals_s, pieces = [], []
-    for chunk in llama.create_completion(
+    chunks = llama.create_completion(
         PROMPT, max_tokens=max_tokens, temperature=0.0, repeat_penalty=1.0, stream=True
-    ):
+    )
+    assert not isinstance(chunks, dict), "stream=True gives an iterator of chunks"
+    for chunk in chunks:
         arrivals_s.append(time.monotonic())
-        pieces.append(chunk["choices"][0]["text"])  # type: ignore[index]
+        pieces.append(chunk["choices"][0]["text"])
     return _from_arrivals(start_s, arrivals_s, tokens, "".join(pieces))
 
 

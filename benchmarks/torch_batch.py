@@ -14,8 +14,12 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from openjarvis.runtime.torch.engine import TorchEngine
 
 __all__ = ["main"]
 
@@ -51,19 +55,19 @@ def energy_mj(handle: object) -> int:
     return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
 
 
-def run_batch(engine: object, batch: int, prompt: int, tokens: int, handle: object) -> dict:
+def run_batch(engine: "TorchEngine", batch: int, prompt: int, tokens: int, handle: object) -> dict:
     generator = torch.Generator().manual_seed(batch)
-    vocab = engine.config.vocab_size  # type: ignore[attr-defined]
+    vocab = engine.config.vocab_size
     prompts = [
         torch.randint(0, vocab, (prompt,), generator=generator).tolist() for _ in range(batch)
     ]
     times: list[list[float]] = [[] for _ in range(batch)]
     torch.cuda.synchronize()
     time.sleep(0.5)  # the counter's refresh after a quiet moment
-    counts = engine.step_counts()  # type: ignore[attr-defined]
+    counts = engine.step_counts()
     start_s, start_mj = time.monotonic(), energy_mj(handle)
     # Submitted only now: generate_tokens starts the sequence at once, not when it is read.
-    streams = [engine.generate_tokens(p, tokens) for p in prompts]  # type: ignore[attr-defined]
+    streams = [engine.generate_tokens(p, tokens) for p in prompts]
 
     def read(i: int) -> None:
         times[i] = [t for _, t in streams[i]]
@@ -86,7 +90,7 @@ def run_batch(engine: object, batch: int, prompt: int, tokens: int, handle: obje
     full = sum(sum(1 for x in t if decode_start < x <= full_end) for t in times)
     output = sum(len(t) for t in times)
     energy_j = (end_mj - start_mj) / 1e3
-    steps = engine.step_counts().since(counts)  # type: ignore[attr-defined]
+    steps = engine.step_counts().since(counts)
     return {
         "batch": batch,
         "output_tokens": output,

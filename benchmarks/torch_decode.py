@@ -16,6 +16,10 @@ import sys
 import time
 from itertools import pairwise
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from openjarvis.runtime.torch.engine import TorchEngine
 
 __all__ = ["main"]
 
@@ -45,8 +49,8 @@ def run_one(
     settings = TorchSettings(
         device=device,
         tp=tp,
-        all_reduce=all_reduce,  # type: ignore[arg-type]
-        fused_gemv=fused_gemv,  # type: ignore[arg-type]
+        all_reduce=all_reduce,  # type: ignore[arg-type]  # a string from the command line
+        fused_gemv=fused_gemv,  # type: ignore[arg-type]  # a string from the command line
         cuda_graphs=graphs,
         compile=compiled != "eager",
         compile_mode="max-autotune-no-cudagraphs" if compiled == "autotune" else "default",
@@ -103,7 +107,7 @@ def run_one(
     return result
 
 
-def _decode_profile(engine: object, ids: list[int], tokens: int = 40) -> dict:
+def _decode_profile(engine: "TorchEngine", ids: list[int], tokens: int = 40) -> dict:
     """Rank 0's kernels over `tokens` decode steps, from a torch profiler trace: a step is the
     kernels of one CUDA graph launch (they share its correlation id)."""
     import tempfile
@@ -112,7 +116,7 @@ def _decode_profile(engine: object, ids: list[int], tokens: int = 40) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
-        times = [t for _, t in engine.generate_tokens(ids, tokens)]  # type: ignore[attr-defined]
+        times = [t for _, t in engine.generate_tokens(ids, tokens)]
     with tempfile.NamedTemporaryFile(suffix=".json") as trace:
         profiler.export_chrome_trace(trace.name)
         events = json.loads(Path(trace.name).read_text()).get("traceEvents", [])

@@ -45,7 +45,7 @@ def _one(arguments: list[str]) -> None:
     prompt = [int(t) for t in arguments[7].split(",")]
     tokens = int(arguments[8])
     settings = TorchSettings(
-        device=device, dtype=dtype, tp=int(tp), all_reduce=all_reduce, fused_gemv=fused_gemv,  # type: ignore[arg-type]
+        device=device, dtype=dtype, tp=int(tp), all_reduce=all_reduce, fused_gemv=fused_gemv,  # type: ignore[arg-type]  # CONFIGS' strings, through argv
         compile=False, max_seq_len=len(prompt) + tokens + 8,
     )  # fmt: skip
     engine = TorchEngine(preset, settings)

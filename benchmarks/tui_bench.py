@@ -102,7 +102,7 @@ async def app_run(
     while the reply ran (what the app takes from the model's cores)."""
     with open_store(str(folder / "bench.db")) as store:
         app = AssistantApp(
-            opener=lambda spec: LoadedModel(engine, engine.engine.n_ctx, spec),  # type: ignore[arg-type]
+            opener=lambda spec: LoadedModel(engine, engine.engine.n_ctx, spec),  # type: ignore[arg-type]  # Recording passes the engine through
             model_spec=None,
             meter=meter,
             store=store,
@@ -124,7 +124,8 @@ async def app_run(
                 start_s = time.perf_counter()
                 # What a terminal driver does with a key; the pilot's press would also wait
                 # for the whole app to go idle, which a streaming reply never lets it do.
-                app._driver.send_message(events.Key("x", "x"))  # type: ignore[union-attr]
+                assert app._driver is not None, "run_test's app has its headless driver"
+                app._driver.send_message(events.Key("x", "x"))
                 await _wait(partial(_grown, prompt, before), 10.0)
                 echoes.append(time.perf_counter() - start_s)
                 await asyncio.sleep(0.2)
