@@ -18,7 +18,7 @@ from openjarvis.cli.ipw import app
 from openjarvis.cli.summary import print_summary, summary_dict
 from openjarvis.errors import UserError
 from openjarvis.evals.config import RunConfig, prepare
-from openjarvis.evals.runner import run_measure
+from openjarvis.evals.runner import MeasureResult, run_measure
 from openjarvis.evals.suites import SuiteConfig
 from openjarvis.power import rapl
 from openjarvis.report.runs import energy_label, frontiers
@@ -35,8 +35,12 @@ UUID_A = "GPU-aaaa1111-0000-0000-0000-000000000000"
 UUID_B = "GPU-bbbb2222-0000-0000-0000-000000000000"
 GPU_A, GPU_B = f"nvml:{UUID_A}", f"nvml:{UUID_B}"
 H200 = make_host("h200-box", gpus=(f"NVIDIA H200 ({UUID_B})",))
-WHOLE = {"in_scope": [GPU_B], "out_of_scope": [GPU_A], "missing": {}}
-PARTIAL = {"in_scope": [GPU_A, GPU_B], "out_of_scope": [], "missing": {GPU_A: "permission"}}
+WHOLE: dict[str, object] = {"in_scope": [GPU_B], "out_of_scope": [GPU_A], "missing": {}}
+PARTIAL: dict[str, object] = {
+    "in_scope": [GPU_A, GPU_B],
+    "out_of_scope": [],
+    "missing": {GPU_A: "permission"},
+}
 
 
 def ipw(*args: str) -> tuple[int, str, BaseException | None]:
@@ -50,10 +54,10 @@ def row(table: str, field: str) -> str:
     return " ".join(line.strip("│ ").split())
 
 
-def printed(result: object) -> str:
-    console = Console(file=io.StringIO(), width=240)
-    print_summary(result, console, as_json=False)  # type: ignore[arg-type]
-    return console.file.getvalue()  # type: ignore[attr-defined]
+def printed(result: MeasureResult) -> str:
+    out = io.StringIO()
+    print_summary(result, Console(file=out, width=240), as_json=False)
+    return out.getvalue()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,8 @@ from tests.signals import default_sigint
 pytestmark = pytest.mark.e2e
 
 
-def _lines(stream: object, into: "queue.Queue[str]") -> None:
-    for line in stream:  # type: ignore[attr-defined]  # a text pipe
+def _lines(stream: Iterable[str], into: "queue.Queue[str]") -> None:
+    for line in stream:  # a text pipe
         into.put(line.rstrip("\n"))
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from openjarvis.evals.sandbox import Sandbox
 from openjarvis.evals.scoring import check_answer, extract_choice, parse_number, score_completions
-from openjarvis.evals.types import Task
+from openjarvis.evals.types import Normalize, Task
 
 CHOICES = ("3", "4", "5", "none of these")
 
@@ -62,8 +62,8 @@ def _choice() -> Task:
     return Task("c", "prompt", "multiple_choice", choices=CHOICES, answer="B")
 
 
-def _exact(answer: str, *steps: str) -> Task:
-    return Task("e", "prompt", "exact_match", answer=answer, normalize=steps)  # type: ignore[arg-type]
+def _exact(answer: str, *steps: Normalize) -> Task:
+    return Task("e", "prompt", "exact_match", answer=answer, normalize=steps)
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ def test_the_estimate_splits_by_input_and_output_tokens() -> None:
     row = energy_class(MODEL)
     estimate = estimate_energy(MODEL, prompt_tokens=1000, completion_tokens=200)
     assert estimate.prefill_energy_j == pytest.approx(1000 * row.input_j_per_token * row.pue)
+    assert estimate.prefill_energy_j is not None
     assert estimate.energy_j - estimate.prefill_energy_j == pytest.approx(
         200 * row.output_j_per_token * row.pue
     )

@@ -1,6 +1,7 @@
 """Ratios between runs with bootstrap intervals: paired over shared tasks, else independent."""
 
 import dataclasses
+from collections.abc import Sequence
 
 import pytest
 
@@ -9,7 +10,9 @@ from openjarvis.metrics import TaskFigures, compare_figures
 __all__: list[str] = []
 
 
-def run(energies: list[float | None], passed: list[int], prefix: str = "T") -> dict:
+def run(
+    energies: Sequence[float | None], passed: list[int], prefix: str = "T"
+) -> dict[str, TaskFigures]:
     return {
         f"{prefix}/{i}": TaskFigures(
             samples=1,
@@ -45,7 +48,7 @@ def test_different_task_sets_are_resampled_independently() -> None:
     comparison = compare_figures(baseline, other)
     assert not comparison.paired and comparison.other_tasks == 15
     ratio = comparison.ratios["mean_energy_j"]
-    assert ratio.low is not None and ratio.high is not None
+    assert ratio.low is not None and ratio.value is not None and ratio.high is not None
     assert ratio.low < ratio.value < ratio.high
     assert compare_figures(baseline, other) == comparison  # fixed seed: reproducible
 

@@ -88,8 +88,8 @@ def test_score_file_runs_code_in_the_sandbox_and_gives_pass_at_k_with_intervals(
     # Task 0 passed 2 of 3, the others 1 of 2: pass@1 = (2/3 + 9 * 1/2) / 10.
     assert report.pass_at_k[1].value == pytest.approx((2 / 3 + 4.5) / 10)
     assert report.pass_at_k[2].value == pytest.approx(1.0)
-    low, high = report.pass_at_k[1].low, report.pass_at_k[1].high
-    assert low is not None and high is not None and low <= report.pass_at_k[1].value <= high
+    low, value, high = report.pass_at_k[1].low, report.pass_at_k[1].value, report.pass_at_k[1].high
+    assert low is not None and value is not None and high is not None and low <= value <= high
     assert report.sandbox_isolation == Sandbox.detect().isolation
 
 

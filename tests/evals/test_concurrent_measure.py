@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -30,7 +31,13 @@ from openjarvis.evals.runner import MeasureResult, resume_measure, run_measure
 from openjarvis.evals.suites import SuiteConfig, load_suite, reference_solutions
 from openjarvis.power import rapl
 from openjarvis.runtime.ledger import StepLedger
-from openjarvis.runtime.types import Completion, Request, StreamChunk, WorkPiece
+from openjarvis.runtime.types import (
+    Completion,
+    GenerationRequest,
+    Request,
+    StreamChunk,
+    WorkPiece,
+)
 from openjarvis.store import open_store
 from tests.fakes.nvml import FakeGpu, install_fake_nvml
 
@@ -63,7 +70,7 @@ class LiveGpu(FakeGpu):
 
     board: Board
 
-    @property  # type: ignore[override]  # a field of FakeGpu, computed here
+    @property
     def energy_mj(self) -> int:
         now_s = time.monotonic()
         refreshed_s = now_s - (now_s - self.board.origin_s) % REFRESH_S
@@ -72,6 +79,13 @@ class LiveGpu(FakeGpu):
     @energy_mj.setter
     def energy_mj(self, value: int) -> None:
         del value  # FakeGpu's __init__ sets it; the board decides
+
+
+def _prompt_of(request: Request) -> str:
+    """The text the scripted replies are keyed by: the prompt, or the last chat message."""
+    if isinstance(request, GenerationRequest):
+        return request.prompt
+    return request.messages[-1].content
 
 
 class Sequence:
@@ -121,7 +135,7 @@ class BatchingEngine:
         return {"fake": "batching"}
 
     def generate(self, request: Request) -> Completion:
-        prompt = getattr(request, "prompt", None) or request.messages[-1].content  # type: ignore[union-attr]
+        prompt = _prompt_of(request)
         text, tokens = self.replies[prompt]
         sequence = Sequence(text, tokens)
         sequence.followed = self.ledger.attach(request.ledger_key, sequence.pieces)
@@ -217,7 +231,7 @@ def measure(
     **changes: object,
 ) -> MeasureResult:
     """`ipw measure --engine torch --scope accelerator --concurrency 4 --limit 8` on the fakes."""
-    settings: dict[str, object] = {
+    settings: dict[str, Any] = {
         "suite": SuiteConfig(SUITE, limit=limit),
         "engine": "torch",
         "scope": "accelerator",
@@ -225,7 +239,7 @@ def measure(
         "concurrency": 4,
     }
     settings.update(changes)
-    run_config = RunConfig(**settings)  # type: ignore[arg-type]  # keyword values of mixed types
+    run_config = RunConfig(**settings)
     prepared = prepare(run_config)
     if on_task is None:
         return run_measure(prepared, str(tmp_path / "runs.db"))
@@ -254,7 +268,9 @@ def test_tasks_in_flight_share_the_energy_and_add_up_to_the_union(
     assert result.conservation["ratio"] == pytest.approx(1.0, abs=0.01)
     figures = result.concurrency
     assert figures["concurrency"] == 4 and figures["shared_tasks"] == len(shared)
-    assert sum(t.energy_j for t in tasks) == pytest.approx(figures["union_energy_j"], rel=0.01)  # type: ignore[misc]
+    energies = [t.energy_j for t in tasks if t.energy_j is not None]
+    assert len(energies) == len(tasks)
+    assert sum(energies) == pytest.approx(figures["union_energy_j"], rel=0.01)
     # The exact J/task is the union over the tasks; the mean of the shares agrees with it.
     assert figures["joules_per_task"] == pytest.approx(result.figures.mean_energy_j.value, rel=0.01)
     assert figures["net_joules_per_task"] == pytest.approx(
@@ -268,9 +284,10 @@ def test_tasks_in_flight_share_the_energy_and_add_up_to_the_union(
     assert summary_dict(result)["concurrency"] == figures  # --json carries it
     assert run.summary is not None and run.summary["concurrency"] == figures  # ipw show reads it
 
-    console = Console(file=io.StringIO(), width=240)
+    printed = io.StringIO()
+    console = Console(file=printed, width=240)
     print_summary(result, console, as_json=False)
-    summary = console.file.getvalue()  # type: ignore[attr-defined]
+    summary = printed.getvalue()
     assert row(summary, "tasks in flight").startswith(
         f"tasks in flight │ 4 · {len(shared)} tasks shared the engine · mean batch"
     )
@@ -302,9 +319,10 @@ def test_one_task_at_a_time_on_a_batching_engine_shares_nothing(
     assert [(t.shared, t.mean_batch) for t in tasks] == [(False, 1.0)] * 4
     assert result.conservation["ratio"] == pytest.approx(1.0, abs=0.01)
     assert result.concurrency["concurrency"] == 1 and result.concurrency["shared_tasks"] == 0
-    console = Console(file=io.StringIO(), width=240)
+    printed = io.StringIO()
+    console = Console(file=printed, width=240)
     print_summary(result, console, as_json=False)
-    assert "tasks in flight" not in console.file.getvalue()  # type: ignore[attr-defined]
+    assert "tasks in flight" not in printed.getvalue()
 
 
 def test_the_task_phase_ends_with_the_last_task_not_with_the_idle_measured_after_it(
@@ -336,14 +354,14 @@ def test_a_slow_test_does_not_hold_back_the_next_tasks_generation(
     generate = engine.generate
 
     def timed(request: Request) -> Completion:
-        prompt = getattr(request, "prompt", None) or request.messages[-1].content  # type: ignore[union-attr]
+        prompt = _prompt_of(request)
         started[prompt] = time.monotonic()
         return generate(request)
 
     scored: dict[str, float] = {}
     score = runner.score_completions
 
-    def timed_score(items, sandbox, timeout_s):  # type: ignore[no-untyped-def]
+    def timed_score(items, sandbox, timeout_s):
         outcomes = score(items, sandbox, timeout_s=timeout_s)
         scored[items[0][0].task_id] = time.monotonic()
         return outcomes
@@ -438,7 +456,7 @@ def test_ctrl_c_while_tasks_generate_waits_for_them_and_marks_the_run_interrupte
             timer.start()
         return generate(request)
 
-    engine.generate = generate_and_interrupt_soon  # type: ignore[method-assign]
+    engine.generate = generate_and_interrupt_soon  # type: ignore[method-assign]  # the test wraps the fake's generate
     try:
         with pytest.raises(RunInterrupted) as stopped:
             measure(tmp_path, limit=20)

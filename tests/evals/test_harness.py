@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -122,11 +123,11 @@ def document(task: Task) -> HarnessDocument:
 
 
 def harness(
-    names: str, include: Path | None, limit: int | None = None, **options: object
+    names: str, include: Path | None, limit: int | None = None, **options: Any
 ) -> list[Task]:
     """The tasks of `lm-eval:NAMES` with the task folder `include` and lm-eval's options."""
     folder = None if include is None else str(include)
-    chosen = HarnessOptions(include=folder, **options)  # type: ignore[arg-type]  # test values
+    chosen = HarnessOptions(include=folder, **options)
     return load_harness_suite(HarnessSuite(harness_tasks(f"lm-eval:{names}"), limit, chosen))
 
 
@@ -253,6 +254,7 @@ class ScriptedEngine:
     model_name = "scripted"
     devices: tuple[int, ...] = ()
     ledger = None  # one reply at a time: no step ledger
+    concurrency = 1
 
     def settings_dict(self) -> dict[str, object]:
         return {}
@@ -336,7 +338,7 @@ def test_log_likelihood_sums_the_continuations_log_softmax() -> None:
     logits = np.array([0.0, 1.0, 3.0, 0.5], dtype=np.float32)  # tokens BOS, a, b, c
     log_softmax = logits - np.log(np.exp(logits).sum())
     engine = LogitsEngine(logits)
-    (logprob, greedy), part = _loglikelihood(engine, "t", "ab", "bc")  # type: ignore[arg-type]
+    (logprob, greedy), part = _loglikelihood(engine, "t", "ab", "bc")  # type: ignore[arg-type]  # a fake with the log-likelihood surface only
     assert logprob == pytest.approx(log_softmax[2] + log_softmax[3])
     assert greedy is False  # "c" is not the most likely token; "b" is
     # Context BOS a b, continuation b c: fed BOS a b b, scored from the last context token on.
@@ -344,7 +346,7 @@ def test_log_likelihood_sums_the_continuations_log_softmax() -> None:
     assert part.prompt_tokens == 4 and part.completion_tokens == 0
     (step,) = part.work  # the scoring is one step of its own, should tasks run at once
     assert (step.share, step.batch) == (1.0, 1) and step.end_s - step.start_s == part.wall_s
-    (logprob, greedy), _ = _loglikelihood(engine, "t", "", "bb")  # type: ignore[arg-type]
+    (logprob, greedy), _ = _loglikelihood(engine, "t", "", "bb")  # type: ignore[arg-type]  # a fake with the log-likelihood surface only
     assert logprob == pytest.approx(2 * log_softmax[2]) and greedy is True
 
 
@@ -352,7 +354,7 @@ def test_a_context_too_long_loses_its_oldest_tokens() -> None:
     from openjarvis.evals.harness import _loglikelihood
 
     engine = LogitsEngine(np.zeros(4, dtype=np.float32))
-    _loglikelihood(engine, "t", "a" * 100, "b")  # type: ignore[arg-type]
+    _loglikelihood(engine, "t", "a" * 100, "b")  # type: ignore[arg-type]  # a fake with the log-likelihood surface only
     prompt, first = engine.calls[0]
     assert len(prompt) == engine.n_ctx and first == engine.n_ctx - 1
 
@@ -435,7 +437,8 @@ def test_log_likelihood_under_a_chat_template_scores_the_rendered_prompt(
     assert isinstance(context, ChatContext) and continuation == "4"
     assert context.messages() == (ChatMessage("user", "Question: What is 2 + 2?\nAnswer:"),)
     engine = LogitsEngine(np.zeros(4, dtype=np.float32))
-    _loglikelihood(engine, "t", ChatContext('[{"role": "user", "content": "ab"}]'), "b")  # type: ignore[arg-type]
+    chat = ChatContext('[{"role": "user", "content": "ab"}]')
+    _loglikelihood(engine, "t", chat, "b")  # type: ignore[arg-type]  # a fake with the log-likelihood surface only
     # Rendered "^ab>", its marks parsed as special tokens; then the continuation "b".
     assert engine.calls == [([0, *engine.encode("^ab>", False), 2][:-1], 4)]
     assert engine.special[:2] == [True, True]

@@ -33,7 +33,13 @@ from openjarvis.evals.types import Task
 from openjarvis.power import Meter
 from openjarvis.power.sources import EnergySource
 from openjarvis.records import RunRecord
-from openjarvis.runtime.types import Completion, EnergyEstimate, Request, StreamChunk
+from openjarvis.runtime.types import (
+    ChatRequest,
+    Completion,
+    EnergyEstimate,
+    Request,
+    StreamChunk,
+)
 from openjarvis.store import open_store
 from tests.cli.test_measure_e2e import run_ipw
 
@@ -56,6 +62,7 @@ class ScriptedJudge:
     model_name = "scripted-judge"
     devices: tuple[int, ...] = ()
     ledger = None  # one reply at a time: no step ledger
+    concurrency = 1
 
     def settings_dict(self) -> dict[str, object]:
         return {"scripted": True}
@@ -162,7 +169,7 @@ def test_a_cloud_judges_cost_and_estimate_are_stored_in_its_own_run(tmp_path: Pa
     with open_store(db) as store, Meter([HundredWatts()], "accelerator") as meter:
         run_id = store.create_run(RunRecord("j", None, None, "openai", {}, judge_suite, {},
                                             "system", "estimate", "none", "test"))  # fmt: skip
-        judge = Judge(engine, meter, store, run_id, chat=True)  # type: ignore[arg-type]
+        judge = Judge(engine, meter, store, run_id, chat=True)
         bound = judge.bind(tasks)
         results = score_completions([(bound[0], "Paris."), (bound[1], "Rayleigh")], None)
         judge.finish("complete")
@@ -178,7 +185,9 @@ def test_a_cloud_judges_cost_and_estimate_are_stored_in_its_own_run(tmp_path: Pa
     assert judge_run.summary["cost_usd"] == pytest.approx(0.004)
     assert not meter.total().windows  # a cloud judge opens no window on the judged run's meter
     # The judge saw the question, the reference and the answer, as a user turn.
-    (message,) = engine.prompts[0].messages  # type: ignore[union-attr]
+    request = engine.prompts[0]
+    assert isinstance(request, ChatRequest)
+    (message,) = request.messages
     assert "What is the capital of France?" in message.content and "Paris." in message.content
 
 
@@ -190,7 +199,7 @@ def test_a_local_judges_joules_are_its_own_window_not_the_judged_tail(tmp_path: 
     with open_store(db) as store, Meter([HundredWatts()], "accelerator") as meter:
         run_id = store.create_run(RunRecord("j", None, None, "llamacpp", {}, judge_suite, {},
                                             "system", "counter", "none", "test"))  # fmt: skip
-        judge = Judge(engine, meter, store, run_id, chat=False)  # type: ignore[arg-type]
+        judge = Judge(engine, meter, store, run_id, chat=False)
         with meter.window("capital#0") as answered:
             time.sleep(0.02)
         time.sleep(0.01)  # scoring between the two
@@ -261,7 +270,9 @@ def test_a_judged_suite_runs_with_the_judges_energy_and_cost_apart(
     assert [v.energy_j for v in verdicts] == [3.0, 3.0]
     assert judge_run.summary is not None and judge_run.summary["cost_usd"] == pytest.approx(0.004)
     # The judged model's answer is what the judge read.
-    (message,) = engine.prompts[0].messages  # type: ignore[union-attr]
+    request = engine.prompts[0]
+    assert isinstance(request, ChatRequest)
+    (message,) = request.messages
     assert answers[0].completions[0] in message.content
 
 
@@ -297,7 +308,7 @@ def test_verdicts_from_tasks_in_flight_at_once_are_each_saved_once(tmp_path: Pat
     with open_store(db) as store, Meter([HundredWatts()], "accelerator") as meter:
         run_id = store.create_run(RunRecord("j", None, None, "openai", {}, judge_suite, {},
                                             "system", "estimate", "none", "test"))  # fmt: skip
-        judge = Judge(engine, meter, store, run_id, chat=True)  # type: ignore[arg-type]
+        judge = Judge(engine, meter, store, run_id, chat=True)
         bound = judge.bind(tasks) * 2  # two samples of each task
         with ThreadPoolExecutor(max_workers=4) as pool:
             results = list(pool.map(lambda task: score_completions([(task, "A")], None), bound))
@@ -323,9 +334,10 @@ def test_a_verdict_the_judge_did_not_give_is_counted_and_said_not_hidden_as_a_fa
     assert judge_run is not None
     assert [a.statuses for a in answers] == [("passed",), ("error",)]
     assert (result.window_flags["samples"], result.window_flags["scoring_errors"]) == (2, 1)
-    console = Console(file=io.StringIO(), width=300)
+    out = io.StringIO()
+    console = Console(file=out, width=300)
     print_summary(result, console, False, judge_run)
-    printed = " ".join(console.file.getvalue().split())  # type: ignore[attr-defined]
+    printed = " ".join(out.getvalue().split())
     assert f"judged by run {judge_run[:8]} (`ipw show {judge_run[:8]}`)" in printed
     assert "1 of 2 samples could not be scored (a judge gave no verdict" in printed
     assert summary_dict(result, judge_run)["judge_run"] == judge_run

@@ -34,7 +34,9 @@ def test_mean_power_at_concurrency_is_the_machines_over_the_union(
     with open_store(str(tmp_path / "runs.db")) as store:
         summary = store.get_run(result.run_id).summary
     assert summary is not None
-    assert summary["mean_power_w"]["value"] == pytest.approx(machine_w)  # type: ignore[index]
+    mean_power_w = summary["mean_power_w"]
+    assert isinstance(mean_power_w, dict)
+    assert mean_power_w["value"] == pytest.approx(machine_w)
     shown = CliRunner().invoke(
         app, ["show", result.run_id, "--db", str(tmp_path / "runs.db"), "--json"]
     )

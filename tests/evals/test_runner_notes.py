@@ -19,14 +19,14 @@ def _task(task_id: str, energy_j: float | None, reason: str | None = None) -> Ta
 
 def test_measured_run_with_every_task_known_has_no_note() -> None:
     meter, engine = SimpleNamespace(method="counter"), SimpleNamespace(kind="torch")
-    assert energy_note(meter, engine, [_task("a", 5.0), _task("b", 6.0)]) is None  # type: ignore[arg-type]
+    assert energy_note(meter, engine, [_task("a", 5.0), _task("b", 6.0)]) is None  # type: ignore[arg-type]  # namespaces stand in for the meter and engine
 
 
 def test_tasks_without_energy_are_counted_with_their_reasons() -> None:
     meter, engine = SimpleNamespace(method="counter"), SimpleNamespace(kind="torch")
     tasks = [_task("a", 5.0), _task("b", None, "window-too-short"), _task("c", None, "read-error")]
     tasks.append(_task("d", None, "window-too-short"))
-    note = energy_note(meter, engine, tasks)  # type: ignore[arg-type]
+    note = energy_note(meter, engine, tasks)  # type: ignore[arg-type]  # namespaces stand in for the meter and engine
     assert note == (
         "energy unknown for 3 of 4 tasks (2 window-too-short, 1 read-error), "
         "so the run's energy figures are null"
@@ -35,7 +35,7 @@ def test_tasks_without_energy_are_counted_with_their_reasons() -> None:
 
 def test_an_estimate_says_so_beside_the_unknown_tasks() -> None:
     meter, engine = SimpleNamespace(method="estimate"), SimpleNamespace(kind="llamacpp")
-    note = energy_note(meter, engine, [_task("a", None, "read-error")])  # type: ignore[arg-type]
+    note = energy_note(meter, engine, [_task("a", None, "read-error")])  # type: ignore[arg-type]  # namespaces stand in for the meter and engine
     assert note is not None
     assert note.startswith("energy is an estimate from CPU utilisation")
     assert "energy unknown for 1 of 1 tasks (1 read-error)" in note

@@ -20,17 +20,17 @@ import pytest
 
 from openjarvis.errors import UserError
 from openjarvis.evals import sandbox as sandbox_module
-from openjarvis.evals.sandbox import Sandbox
+from openjarvis.evals.sandbox import Isolation, Sandbox
 from openjarvis.evals.types import ExecutionResult
 
-ISOLATIONS = ("bubblewrap", "namespaces", "rlimits-only")
+ISOLATIONS: tuple[Isolation, ...] = ("bubblewrap", "namespaces", "rlimits-only")
 SHORT_TIMEOUT_S = 2.0  # for programs that must be killed; keeps the suite quick
 TIMEOUT_S = 20.0  # for programs that end on their own; generous for a loaded machine
 
 
-def _sandbox_or_skip(isolation: str) -> Sandbox:
+def _sandbox_or_skip(isolation: Isolation) -> Sandbox:
     try:
-        return Sandbox.with_isolation(isolation)  # type: ignore[arg-type]
+        return Sandbox.with_isolation(isolation)
     except UserError as error:
         pytest.skip(str(error))
 

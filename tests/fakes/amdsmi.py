@@ -56,7 +56,6 @@ class FakeAmdSmi:
 
     def module(self) -> ModuleType:
         fake = ModuleType("amdsmi")
-        fake.AmdSmiLibraryException = AmdSmiLibraryException  # type: ignore[attr-defined]
 
         def amdsmi_init() -> None:
             if self.init_error is not None:
@@ -73,15 +72,24 @@ class FakeAmdSmi:
             key = "power" if handle.old_key else "energy_accumulator"
             return {key: handle.counts, "counter_resolution": handle.resolution_uj, "timestamp": 0}
 
-        fake.amdsmi_init = amdsmi_init  # type: ignore[attr-defined]
-        fake.amdsmi_shut_down = amdsmi_shut_down  # type: ignore[attr-defined]
-        fake.amdsmi_get_processor_handles = lambda: list(self.gpus)  # type: ignore[attr-defined]
-        fake.amdsmi_get_gpu_device_uuid = lambda handle: handle.uuid  # type: ignore[attr-defined]
-        fake.amdsmi_get_gpu_asic_info = lambda handle: {  # type: ignore[attr-defined]
-            "market_name": handle.market_name,
-            "vendor_id": "0x1002",
-        }
-        fake.amdsmi_get_energy_count = amdsmi_get_energy_count  # type: ignore[attr-defined]
+        def amdsmi_get_processor_handles() -> list[FakeAmdGpu]:
+            return list(self.gpus)
+
+        def amdsmi_get_gpu_device_uuid(handle: FakeAmdGpu) -> str:
+            return handle.uuid
+
+        def amdsmi_get_gpu_asic_info(handle: FakeAmdGpu) -> dict[str, str]:
+            return {"market_name": handle.market_name, "vendor_id": "0x1002"}
+
+        vars(fake).update(
+            AmdSmiLibraryException=AmdSmiLibraryException,
+            amdsmi_init=amdsmi_init,
+            amdsmi_shut_down=amdsmi_shut_down,
+            amdsmi_get_processor_handles=amdsmi_get_processor_handles,
+            amdsmi_get_gpu_device_uuid=amdsmi_get_gpu_device_uuid,
+            amdsmi_get_gpu_asic_info=amdsmi_get_gpu_asic_info,
+            amdsmi_get_energy_count=amdsmi_get_energy_count,
+        )
         return fake
 
 

@@ -41,7 +41,7 @@ class FakeIOReport:
                     raise RuntimeError(report.read_error)
                 return SimpleNamespace(**report.energy_mj)
 
-        fake.AppleEnergyMonitor = AppleEnergyMonitor  # type: ignore[attr-defined]
+        vars(fake).update(AppleEnergyMonitor=AppleEnergyMonitor)
         return fake
 
 

@@ -6,14 +6,16 @@ interpreter runs programs one after another: a barrier would wait forever)."""
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from collections.abc import Callable  # noqa: E402
-from dataclasses import replace  # noqa: E402
+from collections.abc import Callable
+from dataclasses import replace
 
-from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for  # noqa: E402
-from openjarvis.runtime.torch.paged import Layout, slots_of  # noqa: E402
-from tests.kernels.triton_device import KERNEL_MARKS, kernel_device  # noqa: E402
+import torch
+
+from openjarvis.runtime.torch.model import ModelConfig, Transformer, TransformerBlock, config_for
+from openjarvis.runtime.torch.paged import Layout, slots_of
+from tests.kernels.triton_device import KERNEL_MARKS, Tolerance, kernel_device
 
 pytestmark = KERNEL_MARKS
 
@@ -34,8 +36,13 @@ def _model(preset: "str | ModelConfig", device: str, dtype: "torch.dtype") -> Tr
 
 
 def _cache_tensors(model: Transformer) -> list["torch.Tensor"]:
-    caches = [layer.attention.kv_cache for layer in model.layers]
-    return [t for cache in caches for t in (cache.k, cache.v)]
+    tensors: list[torch.Tensor] = []
+    for layer in model.layers:
+        assert isinstance(layer, TransformerBlock)
+        cache = layer.attention.kv_cache
+        assert cache is not None, "the model's caches are set up"
+        tensors += [cache.k, cache.v]
+    return tensors
 
 
 def _caches(model: Transformer) -> list["torch.Tensor"]:
@@ -71,7 +78,7 @@ def _against_the_model(
     return got, expected, _caches(model), expected_caches
 
 
-def _tolerance(dtype: "torch.dtype") -> dict[str, float]:
+def _tolerance(dtype: "torch.dtype") -> Tolerance:
     """bf16 on a GPU, rounded in other orders; float32 under the interpreter."""
     bound = 3e-2 if dtype == torch.bfloat16 else 1e-4
     return {"atol": bound, "rtol": bound}

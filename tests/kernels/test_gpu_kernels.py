@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
+pytest.importorskip("torch")
 
-from openjarvis.runtime.torch.paged import Layout, PagedKV  # noqa: E402
+import torch
+import torch.distributed as dist
+
+from openjarvis.runtime.torch.paged import Layout, PagedKV
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = [

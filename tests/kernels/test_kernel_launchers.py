@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
+pytest.importorskip("torch")
 
-from openjarvis.kernels import AllReduce, SizeTable, check_message  # noqa: E402
-from openjarvis.kernels.handles import Handles  # noqa: E402
+import torch
+import torch.distributed as dist
+
+from openjarvis.kernels import AllReduce, SizeTable, check_message
+from openjarvis.kernels.handles import Handles
 
 CPU = torch.device("cpu")
 
@@ -51,7 +53,9 @@ def test_size_table_uses_the_peer_kernel_only_up_to_its_first_loss() -> None:
 def _two_rank_all_reduce(rank: int, store_path: str, results_path: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
-        reduce = AllReduce(dist.group.WORLD, CPU, torch.float32, choice="auto")
+        group = dist.group.WORLD
+        assert group is not None
+        reduce = AllReduce(group, CPU, torch.float32, choice="auto")
         summed = reduce(torch.arange(6, dtype=torch.float32) * (rank + 1))
         assert reduce.peer is None
         assert reduce.table_summary()["why_not_peer"] == "not on a GPU"

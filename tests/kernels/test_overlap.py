@@ -8,15 +8,18 @@ from contextlib import nullcontext
 from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
-multiprocessing = pytest.importorskip("torch.multiprocessing")
+pytest.importorskip("torch")
 
-from openjarvis.kernels.experimental import overlap  # noqa: E402
-from openjarvis.kernels.experimental.overlap import (  # noqa: E402
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as multiprocessing
+
+from openjarvis.kernels.experimental import overlap
+from openjarvis.kernels.experimental.overlap import (
     AllGatherMatmul,
     Chunk,
     MatmulReduceScatter,
@@ -110,8 +113,10 @@ def one_rank(tmp_path: Path) -> Iterator["dist.ProcessGroup"]:
     dist.init_process_group(
         "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
     )
+    group = dist.group.WORLD
+    assert group is not None
     try:
-        yield dist.group.WORLD
+        yield group
     finally:
         dist.destroy_process_group()
 
@@ -142,6 +147,7 @@ def _two_ranks(rank: int, store: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         group = dist.group.WORLD
+        assert group is not None
         shards = [_inputs(peer, (3, 8)) for peer in range(2)]
         b = _inputs(10 + rank, (8, 5))
         expected = torch.cat(shards) @ b
@@ -201,8 +207,9 @@ def test_overlapped_paths_move_the_right_rows_on_two_emulated_ranks(
             )
             self.handle = SimpleNamespace(barrier=lambda channel: meeting.wait())
             self.half_elements = half_elements
-            self.streams = tuple(_Stream() for _ in range(streams))
-            self.events = tuple(_Stream() for _ in range(events))
+            # Stand-ins for CUDA streams and events, which cannot be made on the CPU
+            self.streams = tuple(cast(torch.cuda.Stream, _Stream()) for _ in range(streams))
+            self.events = tuple(cast(torch.cuda.Event, _Stream()) for _ in range(events))
             self.calls = 0
 
     monkeypatch.setattr(overlap, "_PeerBuffers", EmulatedPeerBuffers)
@@ -214,7 +221,11 @@ def test_overlapped_paths_move_the_right_rows_on_two_emulated_ranks(
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
 
     rows, k, n, calls = 300, 16, 24, 2
-    groups = [SimpleNamespace(rank=rank, built=0) for rank in range(world_size)]
+    # Stand-ins for process groups: the patched get_rank reads their rank, and
+    # EmulatedPeerBuffers counts the ops built on them
+    groups = [
+        cast(dist.ProcessGroup, SimpleNamespace(rank=rank, built=0)) for rank in range(world_size)
+    ]
     gathers = [
         AllGatherMatmul(group, CPU, torch.float32, 640, 20, chunks_per_peer=3, copy_streams=2)
         for group in groups
@@ -247,7 +258,8 @@ def test_overlapped_paths_move_the_right_rows_on_two_emulated_ranks(
     assert not failures, failures
     for call in range(calls):
         full = torch.cat(shards[call])
-        total = sum(full.roll(rank, dims=1) @ weights[rank] for rank in range(world_size))
+        products = (full.roll(rank, dims=1) @ weights[rank] for rank in range(world_size))
+        total = sum(products, torch.zeros(world_size * rows, n))
         for rank in range(world_size):
             torch.testing.assert_close(results["gather", call, rank], full @ weights[rank])
             block = total[rank * rows : (rank + 1) * rows]

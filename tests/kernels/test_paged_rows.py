@@ -8,10 +8,12 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from openjarvis.runtime.torch.paged import Layout, PagedKV, row_joins  # noqa: E402
-from tests.kernels.triton_device import KERNEL_MARKS, kernel_device  # noqa: E402
+import torch
+
+from openjarvis.runtime.torch.paged import Layout, PagedKV, row_joins
+from tests.kernels.triton_device import KERNEL_MARKS, kernel_device
 
 pytestmark = KERNEL_MARKS
 

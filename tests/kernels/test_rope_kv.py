@@ -4,17 +4,21 @@ values in the same slots, every other slot as it was. On a GPU in bf16 (`-m gpu`
 under TRITON_INTERPRET=1 in float32 (the interpreter loads masked bf16 lanes as their raw
 bits)."""
 
+from typing import Any
+
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from openjarvis.runtime.torch import qkv as qkv_module  # noqa: E402
-from tests.kernels.triton_device import KERNEL_MARKS, kernel_device  # noqa: E402
+import torch
+
+from openjarvis.runtime.torch import qkv as qkv_module
+from tests.kernels.triton_device import KERNEL_MARKS, Tolerance, kernel_device
 
 pytestmark = KERNEL_MARKS
 
 
-def _torch_path(args: dict, caches: tuple) -> "torch.Tensor":
+def _torch_path(args: dict[str, Any], caches: tuple) -> "torch.Tensor":
     """The operator's own CPU path, on CPU copies of everything."""
     cpu = {name: value.cpu() if isinstance(value, torch.Tensor) else value
            for name, value in args.items()}  # fmt: skip
@@ -47,7 +51,8 @@ def test_kernel_norms_rotates_and_places_as_the_torch_path_does(
     cos = torch.cat((angles.cos(), angles.cos()), dim=-1)
     sin = torch.cat((-angles.sin(), angles.sin()), dim=-1)
     weights = [torch.randn(head_dim, generator=generator).to(dtype) for _ in range(2)]
-    args = {
+    # The torch path's keyword arguments: tensors, optional tensors, floats and an int
+    args: dict[str, Any] = {
         "qkv": qkv,
         "positions": torch.randint(0, positions_max, (tokens,), generator=generator),
         "cos": cos,
@@ -74,7 +79,7 @@ def test_kernel_norms_rotates_and_places_as_the_torch_path_does(
         1e-6, offset, on_device["slots"], rows[0], rows[1], q,
     )  # fmt: skip
     # bf16 on the GPU: one rounding step apart at most (the kernel may fuse a multiply-add).
-    tolerance = {"atol": 1e-2, "rtol": 1e-2} if dtype == torch.bfloat16 else {}
+    tolerance: Tolerance = {"atol": 1e-2, "rtol": 1e-2} if dtype == torch.bfloat16 else {}
     torch.testing.assert_close(q.cpu(), expected_q, **tolerance)
     torch.testing.assert_close(caches[0].cpu(), expected_caches[0], **tolerance)
     torch.testing.assert_close(caches[1].cpu(), expected_caches[1], atol=0, rtol=0)

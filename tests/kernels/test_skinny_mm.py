@@ -5,9 +5,11 @@ on the CPU under TRITON_INTERPRET=1 in float32."""
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from tests.kernels.triton_device import KERNEL_MARKS, kernel_device  # noqa: E402
+import torch
+
+from tests.kernels.triton_device import KERNEL_MARKS, Tolerance, kernel_device
 
 pytestmark = KERNEL_MARKS
 
@@ -28,7 +30,7 @@ def test_product_matches_torch_and_leaves_its_counters_at_zero(
     space = workspace_for(m, n, config, x.device)
     expected = x.float() @ w.float().T
     # bf16 inputs, or float32 summed in another order than torch sums them.
-    tolerance = (
+    tolerance: Tolerance = (
         {"atol": 0.1, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-3, "rtol": 1e-4}
     )
     for _ in range(2):  # the second call finds the counters the first left

@@ -2,9 +2,17 @@
 TRITON_INTERPRET=1 (float32: the interpreter loads masked bf16 lanes as their raw bits)."""
 
 import os
+from typing import TypedDict
 
 import pytest
 import torch
+
+
+class Tolerance(TypedDict, total=False):
+    """Keyword arguments of torch.testing.assert_close (none: its defaults for the dtype)."""
+
+    atol: float
+    rtol: float
 
 
 def kernel_device() -> str | None:

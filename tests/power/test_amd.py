@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -22,8 +23,18 @@ UUID = "e4ff74a1-0000-1000-80fd-0d1ee1b3d2a1"
 PowerJson = Callable[[], dict[str, dict[str, object]]]
 
 
-def _one_gpu(monkeypatch: pytest.MonkeyPatch, **gpu: object) -> FakeAmdSmi:
-    return install_fake_amdsmi(monkeypatch, FakeAmdSmi([FakeAmdGpu(UUID, **gpu)]))  # type: ignore[arg-type]
+class GpuFields(TypedDict, total=False):
+    """FakeAmdGpu's fields past its UUID."""
+
+    market_name: str
+    counts: int
+    resolution_uj: float
+    energy_error: int | None
+    old_key: bool
+
+
+def _one_gpu(monkeypatch: pytest.MonkeyPatch, **gpu: Unpack[GpuFields]) -> FakeAmdSmi:
+    return install_fake_amdsmi(monkeypatch, FakeAmdSmi([FakeAmdGpu(UUID, **gpu)]))
 
 
 def test_a_gpu_reads_its_accumulator_in_joules(

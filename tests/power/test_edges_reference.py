@@ -7,6 +7,7 @@ import itertools
 import math
 import random
 from collections import Counter
+from typing import TypedDict
 
 import pytest
 
@@ -16,16 +17,23 @@ from openjarvis.power.edges import (
     Piece,
     Share,
     Span,
+    WorkStep,
     _union_s,
     attribute,
     before_split_fraction,
     mean_batch,
 )
 from openjarvis.power.steps import MAX_OWN, SharedSteps
-from openjarvis.power.types import SourceEnergy
+from openjarvis.power.types import Scope, SourceEnergy
+
+
+class Tolerance(TypedDict):
+    rel: float
+    abs: float
+
 
 # A few parts in 1e12: sums taken in another order, nothing more.
-CLOSE = {"rel": 1e-9, "abs": 1e-12}
+CLOSE: Tolerance = {"rel": 1e-9, "abs": 1e-12}
 
 
 def overlap_s(start_s: float, end_s: float, low_s: float, high_s: float) -> float:
@@ -45,7 +53,8 @@ def union_s(bounds: list[tuple[float, float]], low_s: float, high_s: float) -> f
     clipped = sorted(
         (max(s, low_s), min(e, high_s)) for s, e in bounds if min(e, high_s) > max(s, low_s)
     )
-    covered_s, open_start_s, open_end_s = 0.0, None, None
+    covered_s, open_start_s = 0.0, 0.0  # the start is read only once an end is set
+    open_end_s: float | None = None
     for start_s, end_s in clipped:
         if open_end_s is None or start_s > open_end_s:
             if open_end_s is not None:
@@ -81,10 +90,12 @@ def straightforward(
             covered_s = union_s(
                 [(spans[i].start_s, spans[i].end_s) for i in present], low_s, high_s
             )
-            above_j = None if idle_w is None else energy_j - idle_w * length_s
-            pot_j = (
-                energy_j / length_s * covered_s if above_j is None else above_j + idle_w * covered_s
-            )
+            above_j: float | None = None
+            if idle_w is None:
+                pot_j = energy_j / length_s * covered_s
+            else:
+                above_j = energy_j - idle_w * length_s
+                pot_j = above_j + idle_w * covered_s
             for i in present:
                 share, span, fraction = shares[i], spans[i], claims[i] / sum(claims)
                 share.shared |= len(present) > 1
@@ -208,7 +219,7 @@ def test_a_window_found_among_the_shared_pieces_has_the_claims_and_mean_batch_of
     spans, end_s = engine(rng, batches=True)
     # The pieces most windows took, one a step (copies and shares of their own aside).
     counts = Counter(id(piece) for span in spans for piece in span.work)
-    by_step: dict[float, Piece] = {}
+    by_step: dict[float, WorkStep] = {}
     for piece in sorted((p for s in spans for p in s.work), key=lambda p: -counts[id(p)]):
         by_step.setdefault(piece.end_s, piece)
     steps = [by_step[end_s] for end_s in sorted(by_step)]
@@ -270,7 +281,11 @@ def test_a_scope_sums_its_sources_as_the_rules_say(seed: int) -> None:
         )
         for i in range(rng.randint(0, 5))
     )
-    for scope, domains in (("accelerator", {"gpu"}), ("system", {"gpu", "cpu", "dram"})):
+    scopes: tuple[tuple[Scope, set[str]], ...] = (
+        ("accelerator", {"gpu"}),
+        ("system", {"gpu", "cpu", "dram"}),
+    )
+    for scope, domains in scopes:
         total = sum_scope(sources, scope)
         chosen = [s for s in sources if s.domain in domains]
         if not chosen:

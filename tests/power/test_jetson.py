@@ -3,7 +3,7 @@ handle, unreadable files, and `ipw power`."""
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 import pytest
 
@@ -83,11 +83,11 @@ def test_an_unreadable_rail_says_how_to_fix_it(
     denied = tree.path("curr2_input")
     real_open = open
 
-    def refusing_open(path: Path, mode: str) -> BinaryIO:
+    def refusing_open(path: Path, mode: str) -> IO[bytes]:
         # Root reads any file: the kernel's EACCES is faked at power/sysfs.py's one open().
         if path == denied:
             raise PermissionError(13, "Permission denied", str(path))
-        return real_open(path, mode)  # type: ignore[return-value]
+        return real_open(path, mode)
 
     monkeypatch.setattr(power_sysfs, "open", refusing_open, raising=False)
     found = discover_jetson(tmp_path)

@@ -9,7 +9,7 @@ import pytest
 
 from openjarvis.power.meter import Meter
 from openjarvis.power.sources import EnergySource
-from openjarvis.power.types import SourceEnergy
+from openjarvis.power.types import Scope, SourceEnergy
 from tests.fakes.clock import FakeClock
 from tests.fakes.nvml import FakeGpu, FakeNvml, SteppingCounter, install_fake_nvml
 from tests.fakes.sysfs import FakePowercap, laptop_with_psys, one_socket, two_sockets
@@ -21,6 +21,12 @@ UUID_B = "GPU-bbbb2222-0000-0000-0000-000000000000"
 
 def by_name(sources: tuple[SourceEnergy, ...], name: str) -> SourceEnergy:
     return next(source for source in sources if source.source == name)
+
+
+def known(values: list[float | None]) -> list[float]:
+    """The values, none of them None (asserted)."""
+    assert None not in values
+    return [value for value in values if value is not None]
 
 
 def follow_power(clock: FakeClock, fake: FakeNvml, watts: dict[int, float]) -> None:
@@ -54,7 +60,9 @@ def server(
     return fake, two_sockets(no_hardware)
 
 
-def run_server_window(meter: Meter, clock: FakeClock, fake: FakeNvml, tree: FakePowercap) -> float:
+def run_server_window(
+    meter: Meter, clock: FakeClock, fake: FakeNvml, tree: FakePowercap
+) -> float | None:
     spend(meter, clock, 0.5)  # the sampler learns when each counter refreshes
     with meter.window("task") as window:
         spend(meter, clock, 2.0)  # the GPUs: 600 J + 400 J
@@ -63,13 +71,13 @@ def run_server_window(meter: Meter, clock: FakeClock, fake: FakeNvml, tree: Fake
         tree.set_energy_uj("intel-rapl:1", 90 * J)
         tree.set_energy_uj("intel-rapl:0:2", 20 * J)
         tree.set_energy_uj("intel-rapl:1:2", 10 * J)
-    return window.result.energy_j  # type: ignore[return-value]
+    return window.result.energy_j
 
 
 @pytest.mark.parametrize(("scope", "expected_j"), [("accelerator", 1000.0), ("system", 1220.0)])
-def test_scope_sums(server: tuple, clock: FakeClock, scope: str, expected_j: float) -> None:
+def test_scope_sums(server: tuple, clock: FakeClock, scope: Scope, expected_j: float) -> None:
     fake, tree = server
-    meter = Meter.discover(scope, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
+    meter = Meter.discover(scope, clock=clock, sleep=clock.sleep)
     assert "estimate:cpu" not in [source.name for source in meter.sources]
     assert meter.method == "counter"
     assert run_server_window(meter, clock, fake, tree) == pytest.approx(expected_j)
@@ -90,8 +98,9 @@ def test_psys_is_never_added_to_the_system_sum(no_hardware: Path, clock: FakeClo
 def test_estimate_stands_in_only_without_a_readable_cpu_counter(
     no_hardware: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
-    def names(**options: bool) -> list[str]:
-        return [source.name for source in Meter.discover("system", clock=clock, **options).sources]
+    def names(estimate_cpu: bool = True) -> list[str]:
+        meter = Meter.discover("system", clock=clock, estimate_cpu=estimate_cpu)
+        return [source.name for source in meter.sources]
 
     assert names() == ["estimate:cpu"]
     assert names(estimate_cpu=False) == []
@@ -236,7 +245,8 @@ def test_idle_power_is_measured_and_subtracted(
     baseline = meter.measure_idle(3.0)
     # Refresh times are placed to within a few ms: over 3 s, a few tenths of a percent.
     assert baseline.power_w == {f"nvml:{UUID_A}": pytest.approx(80.0, rel=5e-3)}
-    assert 0.0 <= baseline.error_w[f"nvml:{UUID_A}"] < 1.0  # type: ignore[operator]
+    error_w = baseline.error_w[f"nvml:{UUID_A}"]
+    assert error_w is not None and 0.0 <= error_w < 1.0
     assert baseline.seconds == pytest.approx(3.0)
     with meter.window("task") as window:
         busy.append((clock.now_s, clock.now_s + 2.0))

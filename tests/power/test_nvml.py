@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 from openjarvis.power.meter import Meter
-from openjarvis.power.nvml import discover_nvml
-from openjarvis.power.sources import ReadError
+from openjarvis.power.nvml import NvmlGpu, discover_nvml
+from openjarvis.power.sources import EnergySource, ReadError
 from tests.fakes import nvml as fake_nvml
 from tests.fakes.clock import FakeClock
 from tests.fakes.nvml import FakeGpu, SteppingCounter, install_fake_nvml
-from tests.power.test_meter import spend
+from tests.power.test_meter import known, spend
 
 UUID_A = "GPU-aaaa1111-0000-0000-0000-000000000000"
 UUID_B = "GPU-bbbb2222-0000-0000-0000-000000000000"
@@ -21,13 +21,20 @@ def two_gpus(energy_mj: int | None = 1_000_000) -> list[FakeGpu]:
     return [FakeGpu(UUID_A, energy_mj=energy_mj), FakeGpu(UUID_B, energy_mj=energy_mj)]
 
 
+def nvml_gpus(sources: tuple[EnergySource, ...]) -> list[NvmlGpu]:
+    """The sources as NVML's GPUs, which is all `discover_nvml` finds (asserted)."""
+    gpus = [source for source in sources if isinstance(source, NvmlGpu)]
+    assert len(gpus) == len(sources)
+    return gpus
+
+
 def test_energy_counter_is_read_in_joules_with_name_uuid_and_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     install_fake_nvml(monkeypatch, two_gpus())
     found = discover_nvml(None)
     assert [source.name for source in found.sources] == [f"nvml:{UUID_A}", f"nvml:{UUID_B}"]
-    gpu = found.sources[0]
+    gpu = nvml_gpus(found.sources)[0]
     assert (gpu.domain, gpu.method, gpu.reads) == ("gpu", "counter", "energy_j")
     assert gpu.read() == 1000.0
     assert (gpu.uuid, gpu.gpu_name, gpu.power_limit_w) == (UUID_A, "NVIDIA H200", 700.0)
@@ -51,13 +58,15 @@ def test_counter_gpus_are_read_only_by_the_sampler_once_per_refresh(
     assert window.result.method == "counter"
     # Once the phase is known: one read every `stride` refreshes per GPU (plus a check now
     # and then), never the power reading as well.
-    stride = meter._tracks[0].refresh.stride  # type: ignore[union-attr]
-    assert 2 * 20 / stride <= in_window <= 2 * 20 / stride * 1.3
+    refresh = meter._tracks[0].refresh
+    assert refresh is not None
+    assert 2 * 20 / refresh.stride <= in_window <= 2 * 20 / refresh.stride * 1.3
     # The result waits for each GPU's refresh after the end: a read of the refresh before
     # it (so the new value can only be the one waited for), one just after its earliest
     # time, and one more where that came too soon.
     assert fake.calls - in_window <= 2 * 3
-    phases = [t.refresh.phase_s % 0.1 for t in meter._tracks if t.refresh is not None]
+    learned_s = [t.refresh.phase_s for t in meter._tracks if t.refresh is not None]
+    phases = [phase_s % 0.1 for phase_s in known(learned_s)]
     assert phases == [pytest.approx(0.011, abs=0.004), pytest.approx(0.052, abs=0.004)]
 
 
@@ -88,7 +97,7 @@ def test_without_a_counter_instant_power_is_preferred_over_the_one_second_averag
     # 100 W while the GPU already draws 300 W. The instantaneous field must be the one read.
     gpu_spec = FakeGpu(UUID_A, energy_mj=None, power_mw=300_000, power_usage_mw=100_000)
     install_fake_nvml(monkeypatch, [gpu_spec])
-    (gpu,) = discover_nvml(None).sources
+    (gpu,) = nvml_gpus(discover_nvml(None).sources)
     assert (gpu.reading, gpu.method, gpu.reads) == ("instant_power", "integrated", "power_w")
     assert gpu.read() == 300.0
     assert gpu_spec.field_queries[-1] == fake_nvml.NVML_FI_DEV_POWER_INSTANT
@@ -103,7 +112,7 @@ def test_without_the_instant_field_power_usage_is_the_fallback(
         UUID_A, energy_mj=None, power_mw=300_000, power_usage_mw=250_000, instant_power_field=False
     )
     install_fake_nvml(monkeypatch, [old_driver])
-    (gpu,) = discover_nvml(None).sources
+    (gpu,) = nvml_gpus(discover_nvml(None).sources)
     assert (gpu.reading, gpu.method) == ("power_usage", "integrated")
     assert gpu.read() == 250.0
 
@@ -111,7 +120,7 @@ def test_without_the_instant_field_power_usage_is_the_fallback(
 def test_a_counter_gpu_never_queries_power(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = install_fake_nvml(monkeypatch, two_gpus())
     found = discover_nvml(None)
-    assert [gpu.reading for gpu in found.sources] == ["energy_counter", "energy_counter"]
+    assert [gpu.reading for gpu in nvml_gpus(found.sources)] == ["energy_counter", "energy_counter"]
     assert all(not gpu.field_queries for gpu in fake.gpus)
     # The sampler reads the counter once per refresh; trace points are a second apart.
     assert all(gpu.sample_period_s == 1.0 and gpu.steps for gpu in found.sources)

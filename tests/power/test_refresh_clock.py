@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 
+from openjarvis.power.edges import Knot
 from openjarvis.power.meter import Meter
 from openjarvis.power.nvml import discover_nvml
 from openjarvis.power.track import Track
@@ -73,9 +74,12 @@ def test_waited_refreshes_are_read_where_their_value_first_shows(
     serve(meter, clock, 3.0, None)  # learn the phase
     added: list[tuple[float, float]] = []  # (the knot's time, when it was added)
     add_knot = track._add_knot
-    monkeypatch.setattr(
-        track, "_add_knot", lambda k: (add_knot(k), added.append((k.time_s, clock.now_s)))
-    )
+
+    def add_and_note(knot: Knot) -> None:
+        add_knot(knot)
+        added.append((knot.time_s, clock.now_s))
+
+    monkeypatch.setattr(track, "_add_knot", add_and_note)
     reads = track.read_count
     serve(meter, clock, 10.0, 0.007)
 

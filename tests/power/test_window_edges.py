@@ -11,7 +11,7 @@ import pytest
 from openjarvis.power.meter import Meter
 from tests.fakes.clock import FakeClock
 from tests.fakes.nvml import FakeGpu, SteppingCounter, install_fake_nvml
-from tests.power.test_meter import spend
+from tests.power.test_meter import known, spend
 
 UUID = "GPU-aaaa1111-0000-0000-0000-000000000000"
 IDLE_W, BURST_W, TAIL_W, TAIL_S = 120.0, 600.0, 200.0, 0.05
@@ -65,21 +65,21 @@ def test_short_bursts_are_counted_whole_with_their_tail_and_the_run_adds_up(
         counter.true_energy_j(start_s, next_s) - IDLE_W * (next_s - start_s)
         for start_s, next_s in itertools.pairwise(starts)
     ]
-    nets = [r.net_energy_j for r in results]
-    assert all(net is not None for net in nets)
-    ratios = [net / truth for net, truth in zip(nets, truths, strict=True)]  # type: ignore[operator]
+    nets = known([r.net_energy_j for r in results])
+    ratios = [net / truth for net, truth in zip(nets, truths, strict=True)]
     assert sum(ratios) / len(ratios) == pytest.approx(1.0, abs=0.03)
     # Settled windows carry their tail (part of it may fall in the window's own last interval).
     tails = [r.tail_energy_j for r in results]
-    assert None not in tails and sum(tails) > 0  # type: ignore[arg-type]
+    assert None not in tails and sum(known(tails)) > 0
 
     # Conservation: the windows' net energies add up to the counter's above idle over the run.
     bracket_j = counter.true_energy_j(run_start_s, run_end_s) - IDLE_W * (run_end_s - run_start_s)
-    assert sum(nets) == pytest.approx(bracket_j, rel=0.01)  # type: ignore[arg-type]
+    assert sum(nets) == pytest.approx(bracket_j, rel=0.01)
 
     # Gross is net plus idle over the window's own time, so its ratio holds too.
     gross_truth = sum(t + IDLE_W * burst_s for t in truths)
-    assert sum(r.energy_j for r in results) == pytest.approx(gross_truth, rel=0.03)  # type: ignore[misc]
+    gross = known([r.energy_j for r in results])
+    assert sum(gross) == pytest.approx(gross_truth, rel=0.03)
 
 
 def test_prefill_and_decode_are_split_at_the_first_token(
@@ -150,5 +150,6 @@ def test_a_caller_waiting_for_a_result_gets_it_right_after_the_next_refresh(
     assert window.result.energy_j == pytest.approx(IDLE_W * 0.01, rel=1e-3)
     # The next refresh is 0.089 s after the end; the planned read would come up to 0.25 s on.
     waited_s = clock.now_s - ended_s
-    margin_s = meter._tracks[0].refresh.margin_s  # type: ignore[union-attr]
-    assert waited_s <= 0.089 + margin_s + 0.003  # the wait re-checks every 2 ms
+    refresh = meter._tracks[0].refresh
+    assert refresh is not None
+    assert waited_s <= 0.089 + refresh.margin_s + 0.003  # the wait re-checks every 2 ms

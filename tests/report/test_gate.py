@@ -4,6 +4,7 @@ band of an estimate, all worked out by hand."""
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def run(
     engine: str = "torch",
     scope: str = "accelerator",
     method: str = "counter",
-    **fields: object,
+    **fields: Any,
 ) -> RunRecord:
     made = RunRecord(
         model_name=model,
@@ -151,12 +152,15 @@ def test_wilson_intervals_and_the_estimate_band_by_hand() -> None:
     z = 1.959964
     # 0 of n: the interval is [0, (z²/n) / (1 + z²/n)]; 0 of 10 -> [0, 0.2775], never [0, 0].
     assert wilson_interval(0, 10) == (0.0, pytest.approx((z * z / 10) / (1 + z * z / 10)))
-    assert wilson_interval(0, 5)[1] == pytest.approx(0.4345, abs=1e-4)
+    zero_of_five = wilson_interval(0, 5)
+    assert zero_of_five is not None and zero_of_five[1] == pytest.approx(0.4345, abs=1e-4)
     # 5 of 10: centre 0.5, half-width z * sqrt(0.025 + z²/400) / (1 + z²/10).
     half = z * (0.25 / 10 + z * z / 400) ** 0.5 / (1 + z * z / 10)
     assert wilson_interval(5, 10) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
     for n in range(1, 300):  # the interval always holds the rate, 1 of 1 included
-        assert wilson_interval(n, n)[1] == 1.0 and wilson_interval(0, n)[0] == 0.0
+        all_pass, none_pass = wilson_interval(n, n), wilson_interval(0, n)
+        assert all_pass is not None and none_pass is not None
+        assert all_pass[1] == 1.0 and none_pass[0] == 0.0
     assert wilson_interval(0, 0) is None
     estimated = gate(RUNS, TASKS)[2].entries[0]
     assert accuracy_text(estimated) == "0/10 = 0% [0%, 28%]"

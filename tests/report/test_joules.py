@@ -64,9 +64,10 @@ def test_a_mostly_idle_gpu_run_by_hand() -> None:
     assert split.idle_floor_j == pytest.approx(362 / 3 - 32 / 3)
     assert split.idle_share == pytest.approx(330 / 362)
     assert split.idle_power_w == pytest.approx(110.0)  # in scope only: not the 18 W estimate
-    assert split.parts == (
-        DomainPart("gpu", pytest.approx(25 / 3), False),
-        DomainPart("cpu", pytest.approx(7 / 3), True),
+    assert all(isinstance(part, DomainPart) for part in split.parts)
+    assert tuple((part.domain, part.net_j, part.estimated) for part in split.parts) == (
+        ("gpu", pytest.approx(25 / 3), False),
+        ("cpu", pytest.approx(7 / 3), True),
     )
     assert split.negative_net_tasks == 1
     assert split.out_of_scope == ("estimate:cpu",)

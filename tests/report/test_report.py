@@ -18,7 +18,7 @@ from openjarvis.report.accounting import WindowFlags, accounting
 from openjarvis.report.plot import hardware_colours
 from openjarvis.report.plots import tokens_plot
 from openjarvis.report.runs import figure, hardware_label, pareto_frontier
-from openjarvis.store import RunRecord, open_store
+from openjarvis.store import HostRecord, RunRecord, open_store
 from tests.synthetic import add_run, make_host
 
 __all__: list[str] = []
@@ -165,12 +165,12 @@ def test_host_labels_tell_machines_apart_by_hardware() -> None:
 
     from openjarvis.report.runs import host_label
 
-    def run_on(host: object) -> RunRecord:
+    def run_on(host: HostRecord | None) -> RunRecord:
         return RunRecord(
             model_name="m", model_path=None, model_sha256=None, engine="llamacpp",
             engine_settings={}, suite="humaneval", options={}, energy_scope="system",
             energy_method="counter", sandbox_isolation="bubblewrap", tool_version="0",
-            host=host,  # type: ignore[arg-type]
+            host=host,
         )  # fmt: skip
 
     two_gpus = make_host("vm", gpus=("NVIDIA H200 (GPU-aaaa)", "NVIDIA H200 (GPU-bbbb)"))

@@ -23,7 +23,7 @@ def _value(value: object) -> bytes:
         if all(isinstance(item, str) for item in value):
             items = b"".join(_string(str(item)) for item in value)
             return struct.pack("<IIQ", 9, 8, len(value)) + items
-        items = b"".join(struct.pack("<i", int(item)) for item in value)  # type: ignore[call-overload]
+        items = b"".join(struct.pack("<i", int(item)) for item in value)
         return struct.pack("<IIQ", 9, 5, len(value)) + items
     kind, code = _CODES[type(value)]
     return struct.pack("<I", kind) + struct.pack(code, value)

@@ -7,10 +7,11 @@ answered from `gets` by path (404 for a path it lacks; the requests list records
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 __all__ = ["Reply", "StubServer", "sse", "stub_server"]
 
@@ -22,7 +23,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def sse(*events: dict[str, object], names: tuple[str, ...] = (), done: bool = True) -> Reply:
+def sse(*events: Mapping[str, object], names: tuple[str, ...] = (), done: bool = True) -> Reply:
     """A 200 reply streaming `events` as server-sent events (with `event:` names if given)."""
     lines = []
     for index, event in enumerate(events):
@@ -38,7 +39,8 @@ def sse(*events: dict[str, object], names: tuple[str, ...] = (), done: bool = Tr
 class StubServer:
     url: str
     replies: list[Reply]
-    requests: list[tuple[str, dict[str, str], dict[str, object]]] = field(default_factory=list)
+    # (path, headers, JSON body) of each POST
+    requests: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
     gets: dict[str, Reply] = field(default_factory=dict)
 
 

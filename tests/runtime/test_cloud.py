@@ -28,15 +28,9 @@ def _openai_reply(*pieces: str, usage: bool = True) -> Reply:
     return sse(*events)
 
 
-def _engine(url: str, provider: str = "openai", model: str = "gpt-4o") -> CloudEngine:
+def _engine(url: str, provider: Provider = "openai", model: str = "gpt-4o") -> CloudEngine:
     # The stub stands in for a remote API: on loopback it would otherwise be metered here.
-    settings = CloudSettings(
-        provider,  # type: ignore[arg-type]
-        model,
-        base_url=url,
-        max_retries=2,
-        meter="estimate",
-    )
+    settings = CloudSettings(provider, model, base_url=url, max_retries=2, meter="estimate")
     return CloudEngine(settings)
 
 
@@ -54,7 +48,7 @@ def test_openai_chat_stream_usage_cost_and_estimate() -> None:
     path, headers, body = stub.requests[0]
     assert path == "/v1/chat/completions"
     assert headers["authorization"] == f"Bearer {SECRET}"
-    assert body["messages"][0] == {"role": "system", "content": "Be brief."}  # type: ignore[index]
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert body["stream_options"] == {"include_usage": True}
     assert [c.text for c in chunks] == ["Hel", "lo", "!", ""]
     completion = chunks[-1].completion
@@ -70,7 +64,7 @@ def test_openai_chat_stream_usage_cost_and_estimate() -> None:
 
 
 def test_plain_completion_goes_to_completions_with_schema_and_stop() -> None:
-    schema = {"type": "object"}
+    schema: dict[str, object] = {"type": "object"}
     request = GenerationRequest("def f():", max_tokens=4, stop=("\n\n",), json_schema=schema)
     reply = sse(
         {"choices": [{"index": 0, "text": " pass", "finish_reason": "stop"}]},
@@ -81,7 +75,7 @@ def test_plain_completion_goes_to_completions_with_schema_and_stop() -> None:
     path, _, body = stub.requests[0]
     assert path == "/v1/completions"
     assert body["prompt"] == "def f():" and body["stop"] == ["\n\n"]
-    assert body["response_format"]["json_schema"]["schema"] == schema  # type: ignore[index]
+    assert body["response_format"]["json_schema"]["schema"] == schema
     assert completion.text == " pass"
     assert completion.cost_usd is None  # no price for a self-hosted model
     assert completion.energy_estimate is not None

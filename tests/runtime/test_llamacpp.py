@@ -63,7 +63,9 @@ def test_stream_yields_the_same_text_as_generate(engine: LlamaCppEngine) -> None
     chunks = list(engine.stream(request))
     assert [c.completion is not None for c in chunks] == [False] * (len(chunks) - 1) + [True]
     streamed = "".join(chunk.text for chunk in chunks)
-    assert streamed == engine.generate(request).text == chunks[-1].completion.text
+    last = chunks[-1].completion
+    assert last is not None
+    assert streamed == engine.generate(request).text == last.text
 
 
 def test_prompt_beyond_the_context_is_refused_not_truncated(engine: LlamaCppEngine) -> None:
@@ -88,16 +90,18 @@ def test_chat_matches_llama_cpp_python_with_the_same_template(engine: LlamaCppEn
     )
     try:
         theirs = reference.create_chat_completion(
-            messages=[{"role": m.role, "content": m.content} for m in QUESTION],
+            # QUESTION holds one user message
+            messages=[{"role": "user", "content": m.content} for m in QUESTION],
             max_tokens=16,
             temperature=0.0,
         )
     finally:
         reference.close()
+    assert isinstance(theirs, dict)  # the whole reply, not a stream of chunks
     ours = engine.generate(ChatRequest(QUESTION, max_tokens=16))
-    assert ours.text == theirs["choices"][0]["message"]["content"]  # type: ignore[index]
-    assert ours.prompt_tokens == theirs["usage"]["prompt_tokens"]  # type: ignore[index]
-    assert ours.completion_tokens == theirs["usage"]["completion_tokens"]  # type: ignore[index]
+    assert ours.text == theirs["choices"][0]["message"]["content"]
+    assert ours.prompt_tokens == theirs["usage"]["prompt_tokens"]
+    assert ours.completion_tokens == theirs["usage"]["completion_tokens"]
 
 
 def test_json_schema_constrains_the_output(engine: LlamaCppEngine) -> None:

@@ -135,4 +135,10 @@ def test_meter_local_is_refused_for_anthropic_and_unknown_choices() -> None:
     with pytest.raises(UserError, match="OpenAI-compatible"):
         CloudEngine(CloudSettings("anthropic", "claude", meter="local"))
     with pytest.raises(UserError, match="--meter takes auto, local, estimate"):
-        CloudEngine(CloudSettings("openai", "x", meter="nearby"))  # type: ignore[arg-type]
+        CloudEngine(
+            CloudSettings(
+                "openai",
+                "x",
+                meter="nearby",  # type: ignore[arg-type]  # deliberately no meter choice
+            )
+        )

@@ -5,10 +5,21 @@ import random
 
 import pytest
 
-from openjarvis.runtime.streaming import singly, stream_text
-from openjarvis.runtime.types import held_back
+from openjarvis.runtime.streaming import Outcome, singly, stream_text
+from openjarvis.runtime.types import Completion, StreamChunk, held_back
 
 STOPS = ("\ndef", "\nclass", "\n#", "ééa", "aab")
+
+
+def _itself(outcome: Outcome) -> Completion:
+    """The outcome itself as the last chunk's completion, to compare."""
+    return outcome  # type: ignore[return-value]  # deliberately the Outcome, which the tests read
+
+
+def _outcome(chunks: list[StreamChunk]) -> Outcome:
+    outcome = chunks[-1].completion
+    assert isinstance(outcome, Outcome)  # what _itself handed back
+    return outcome
 
 
 def held_back_plainly(text: str, stops: tuple[str, ...]) -> int:
@@ -52,7 +63,7 @@ def test_a_stream_is_its_text_up_to_the_first_stop(seed: int) -> None:
             max_tokens=len(pieces),
             start_s=0.0,
             clock=lambda: 0.0,
-            finish=lambda outcome: outcome,  # type: ignore[arg-type, return-value]  # the outcome itself, to compare
+            finish=_itself,
         )
     )
     # The text is the source up to its first stop (all of it without one, less the invalid
@@ -60,13 +71,15 @@ def test_a_stream_is_its_text_up_to_the_first_stop(seed: int) -> None:
     text = data.decode("utf-8", errors="ignore")
     cuts = [at for s in stop if (at := text.find(s)) >= 0]
     expected = text[: min(cuts)] if cuts else text
-    outcome = chunks[-1].completion
-    assert outcome.text == expected  # type: ignore[union-attr]  # an Outcome here
-    assert outcome.finish_reason == ("stop" if cuts else "length")  # type: ignore[union-attr]  # an Outcome here
+    outcome = _outcome(chunks)
+    assert outcome.text == expected
+    assert outcome.finish_reason == ("stop" if cuts else "length")
     assert "".join(chunk.text for chunk in chunks) == expected
 
 
-def _stream(batches: list, pieces: list[bytes], end: int | None, stop: tuple, max_tokens: int):
+def _stream(
+    batches: list, pieces: list[bytes], end: int | None, stop: tuple, max_tokens: int
+) -> list[StreamChunk]:
     return list(
         stream_text(
             iter(batches),
@@ -76,7 +89,7 @@ def _stream(batches: list, pieces: list[bytes], end: int | None, stop: tuple, ma
             max_tokens=max_tokens,
             start_s=0.0,
             clock=lambda: 0.0,
-            finish=lambda outcome: outcome,  # type: ignore[arg-type, return-value]  # the outcome itself, to compare
+            finish=_itself,
         )
     )
 
@@ -100,11 +113,11 @@ def test_batches_give_what_tokens_one_at_a_time_give(seed: int) -> None:
         rest = rest[size:]
     one_by_one = _stream([[pair] for pair in pairs], pieces, end, stop, max_tokens)
     batched = _stream(batches, pieces, end, stop, max_tokens)
-    want, got = one_by_one[-1].completion, batched[-1].completion
-    assert (got.text, got.token_times_s, got.finish_reason) == (  # type: ignore[union-attr]  # Outcomes
-        want.text,  # type: ignore[union-attr]
-        want.token_times_s,  # type: ignore[union-attr]
-        want.finish_reason,  # type: ignore[union-attr]
+    want, got = _outcome(one_by_one), _outcome(batched)
+    assert (got.text, got.token_times_s, got.finish_reason) == (
+        want.text,
+        want.token_times_s,
+        want.finish_reason,
     )
     assert "".join(c.text for c in batched) == "".join(c.text for c in one_by_one)
     # A chunk per batch, and the last; the batch that ends the stream goes token by token.
@@ -128,7 +141,7 @@ def test_closing_the_stream_closes_the_engine_s_tokens() -> None:
         max_tokens=10,
         start_s=0.0,
         clock=lambda: 0.0,
-        finish=lambda outcome: outcome,  # type: ignore[arg-type, return-value]  # not used here
+        finish=_itself,  # not used here
     )
     next(stream)
     stream.close()

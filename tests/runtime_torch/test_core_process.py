@@ -5,14 +5,18 @@ core's steps, errors that cross the pipe as they are, and a core that dies repor
 import itertools
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from openjarvis.errors import UserError  # noqa: E402
-from openjarvis.runtime.torch.config import TorchSettings  # noqa: E402
-from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
+import torch
+
+from openjarvis.errors import UserError
+from openjarvis.runtime.torch.config import TorchSettings
+from openjarvis.runtime.torch.core_process import CoreProcess
+from openjarvis.runtime.torch.engine import TorchEngine
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 8, 7] * 10, [77]]
 
@@ -25,7 +29,7 @@ def _engine(process: bool, max_seq_len: int = 64) -> TorchEngine:
 
 
 @pytest.fixture(scope="module")
-def remote() -> TorchEngine:
+def remote() -> Iterator[TorchEngine]:
     engine = _engine(True)
     yield engine
     engine.close()
@@ -115,7 +119,9 @@ def test_a_core_that_dies_is_reported_to_its_consumers_and_callers() -> None:
     try:
         tokens = engine.generate_tokens([2, 7, 1, 8], 4000)  # seconds of decoding
         next(tokens)
-        engine._core._process.kill()
+        core = engine._core
+        assert isinstance(core, CoreProcess)
+        core._process.kill()
         with pytest.raises(RuntimeError, match="process ended \\(killed by SIGKILL\\)"):
             list(tokens)
         with pytest.raises(RuntimeError, match="stopped after an error"):

@@ -6,16 +6,18 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from openjarvis.runtime.roofline import Bandwidth, step_bytes_per_token  # noqa: E402
-from openjarvis.runtime.torch import decode_roofline  # noqa: E402
-from openjarvis.runtime.torch.decode_roofline import (  # noqa: E402
+import torch
+
+from openjarvis.runtime.roofline import Bandwidth, step_bytes_per_token
+from openjarvis.runtime.torch import decode_roofline
+from openjarvis.runtime.torch.decode_roofline import (
     DecodeRoofline,
     device_bandwidth,
     measure_device_bandwidth,
 )
-from openjarvis.runtime.torch.model import config_for  # noqa: E402
+from openjarvis.runtime.torch.model import config_for
 
 
 def test_weights_leave_out_the_embedding_table_unless_the_head_shares_it() -> None:

@@ -53,7 +53,8 @@ def test_with_many_streams_the_period_grows_and_first_tokens_and_ends_go_at_once
     # One sequence ends (its end token): it alone hears at once, with the token before.
     decode = scheduler.next_step()
     assert decode is not None
-    scheduler.finish_step(decode, [0] + [9] * (count - 1), now_s, now_s + 0.002)
+    picked: list[int | None] = [0, *([9] * (count - 1))]
+    scheduler.finish_step(decode, picked, now_s, now_s + 0.002)
     now_s += 0.002
     scheduler.deliver(now_s)
     assert _drain(sequences[0]) == [(8, 1.002), (0, 1.004), None]

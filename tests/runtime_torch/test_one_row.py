@@ -5,9 +5,12 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings  # noqa: E402
+import torch
+
+from openjarvis.runtime.torch.core import EngineCore
+from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 
 
 @pytest.mark.parametrize(
@@ -55,7 +58,9 @@ def _logits(
         state = str(engine.settings_dict()["one_row_kernel_state"])
         assert state.startswith("on" if one_row else "off"), state
         assert state.endswith(", PDL") == pdl, state
-        runner = engine._core.runner  # type: ignore[union-attr]  # the core in this process
+        core = engine._core
+        assert isinstance(core, EngineCore)  # engine_process=False
+        runner = core.runner
         table = torch.arange(1, runner.table_width + 1, dtype=torch.int32).view(1, -1)
         positions = torch.arange(len(tokens)).view(1, -1)
         slots = slots_of(table, positions, BLOCK_SIZE)
@@ -149,8 +154,8 @@ def test_kernels_whose_output_differs_from_the_model_s_leave_the_compiled_step(
 
     real = one_row.OneRowStep.__call__
 
-    def off_by_a_tenth(self: object, *inputs: "torch.Tensor") -> "torch.Tensor":
-        return real(self, *inputs) * 1.1  # type: ignore[arg-type]  # self is a OneRowStep
+    def off_by_a_tenth(self: one_row.OneRowStep, *inputs: "torch.Tensor") -> "torch.Tensor":
+        return real(self, *inputs) * 1.1
 
     monkeypatch.setattr(one_row.OneRowStep, "__call__", off_by_a_tenth)
     state = _state_after_start("tiny-gemma3")
@@ -171,7 +176,9 @@ def test_the_start_up_check_measures_the_kernels_against_the_model_s_step() -> N
     )  # fmt: skip
     engine = TorchEngine("tiny-gemma3", settings)
     try:
-        runner = engine._core.runner  # type: ignore[union-attr]  # the core in this process
+        core = engine._core
+        assert isinstance(core, EngineCore)  # engine_process=False
+        runner = core.runner
         step = OneRowStep(runner.model, programs=5)
         with torch.inference_mode():
             assert runner._one_row_difference(step) < 1e-5

@@ -8,6 +8,7 @@ pytest.importorskip("torch")
 
 import torch
 
+from openjarvis.runtime.torch.core import EngineCore
 from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 from openjarvis.runtime.torch.paged import BlockPool
 from openjarvis.runtime.torch.runner import (
@@ -44,7 +45,9 @@ def test_each_length_has_a_graph_per_table_width_from_the_blocks_it_fills() -> N
 def test_a_padded_prefill_step_gives_the_eager_steps_logits(cached: int) -> None:
     engine = TorchEngine("tiny-tp", TorchSettings(device="cpu", max_seq_len=64, seed=3))
     try:
-        scheduler, runner = engine._core.scheduler, engine._core.runner
+        core = engine._core
+        assert isinstance(core, EngineCore)  # in this process, the default on the CPU
+        scheduler, runner = core.scheduler, core.runner
         prompt = [(5 * i + 7) % 240 for i in range(27)]
         sequence = Sequence(prompt, 4, frozenset())
         sequence.keys = []
@@ -89,7 +92,9 @@ def test_one_sequence_per_prefill_step_where_prefill_replays_graphs() -> None:
             made.add(Sequence([first, first + 1, first + 2], 4, frozenset()))
         return made
 
-    assert len(scheduler(None).next_step().rows) == 2  # type: ignore[union-attr]  # not None
+    both = scheduler(None).next_step()
+    assert both is not None
+    assert len(both.rows) == 2
     one = scheduler(1)
     first = one.next_step()
     assert first is not None

@@ -9,12 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from openjarvis.runtime.torch.config import TorchSettings  # noqa: E402
-from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
-from openjarvis.runtime.torch.runner import batch_buckets  # noqa: E402
-from openjarvis.runtime.torch.scheduler import Step  # noqa: E402
+from openjarvis.runtime.torch.config import TorchSettings
+from openjarvis.runtime.torch.core import EngineCore
+from openjarvis.runtime.torch.engine import TorchEngine
+from openjarvis.runtime.torch.runner import batch_buckets
+from openjarvis.runtime.torch.scheduler import Step
 
 PROMPTS = [
     [5, 17, 42, 99, 3, 10, 7, 64],
@@ -30,6 +31,12 @@ def _engine(tp: int = 1, prefill_tokens: int = 2048) -> TorchEngine:
         device="cpu", tp=tp, max_seq_len=64, seed=11, concurrency=8, prefill_tokens=prefill_tokens
     )
     return TorchEngine("tiny-tp", settings)
+
+
+def _core(engine: TorchEngine) -> EngineCore:
+    """The engine's core, in this process (the default on the CPU)."""
+    assert isinstance(engine._core, EngineCore)
+    return engine._core
 
 
 def _alone(engine: TorchEngine, prompt: list[int], count: int = TOKENS) -> list[int]:
@@ -57,7 +64,7 @@ def _read_all(streams: list[Iterator[tuple[int, float]]]) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def engine() -> TorchEngine:
+def engine() -> Iterator[TorchEngine]:
     engine = _engine()
     yield engine
     engine.close()
@@ -103,7 +110,7 @@ def test_a_sequence_joins_a_running_decode(engine: TorchEngine, expected: list[l
 def test_a_consumer_that_leaves_frees_its_blocks(
     engine: TorchEngine, expected: list[list[int]]
 ) -> None:
-    pool = engine._core.scheduler.pool
+    pool = _core(engine).scheduler.pool
     free_before = pool.free
     leaving = engine.generate_tokens(PROMPTS[0], 40)
     next(leaving)
@@ -111,7 +118,7 @@ def test_a_consumer_that_leaves_frees_its_blocks(
     leaving.close()
     assert _alone(engine, PROMPTS[1]) == expected[1]  # the next step drops the leaver
     assert pool.free == free_before
-    assert not engine._core.scheduler.running
+    assert not _core(engine).scheduler.running
 
 
 def test_work_shares_of_each_step_add_up_to_one(engine: TorchEngine) -> None:
@@ -141,7 +148,7 @@ def test_sequences_that_end_mid_decode_leave_the_others_their_tokens(
     """Decode steps are continued before the step before them lands, so a sequence that ends
     rides one more step as a stale row: the others' tokens must not change, each ender must
     stop where it stops alone, and the steps must not overlap in time."""
-    scheduler = engine._core.scheduler
+    scheduler = _core(engine).scheduler
     continued: list[int] = []
     original = scheduler.continued
 
@@ -212,7 +219,7 @@ def test_the_cpu_cache_takes_at_most_a_share_of_the_memory_left(
     available(10)
     engine = _engine()
     try:
-        assert engine._core.runner.blocks == 10  # 8 sequences of 64 tokens would want 33
+        assert _core(engine).runner.blocks == 10  # 8 sequences of 64 tokens would want 33
         assert _alone(engine, PROMPTS[0], 4) == _alone(engine, PROMPTS[0], 4)
     finally:
         engine.close()

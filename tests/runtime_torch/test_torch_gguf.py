@@ -6,14 +6,16 @@ the same next token on every prompt and a logit correlation of at least 0.995 (m
 0.9989 to 0.9996).
 """
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("gguf")
 llama_cpp = pytest.importorskip("llama_cpp")
+
 
 from openjarvis.errors import UserError  # noqa: E402
 from openjarvis.runtime.models import resolve_model  # noqa: E402
@@ -37,7 +39,7 @@ def gemma_path() -> Path:
 
 
 @pytest.fixture(scope="module")
-def engine(gemma_path: Path) -> TorchEngine:
+def engine(gemma_path: Path) -> Iterator[TorchEngine]:
     engine = TorchEngine(gemma_path, TorchSettings(device="cpu", max_seq_len=128))
     yield engine
     engine.close()
@@ -96,12 +98,13 @@ def test_cpu_bandwidth_is_unknown_not_zero_and_so_is_the_mbu(engine: TorchEngine
 
 def test_no_max_tokens_runs_to_the_end_of_the_context(engine: TorchEngine) -> None:
     # max_tokens None once reached `len(prompt) + None` (a TypeError), as mypy found.
-    assert engine.tokenizer is not None
+    tokenizer = engine.tokenizer
+    assert tokenizer is not None
     context = engine.config.max_seq_len
 
     def prompt_of(tokens: int) -> str:  # a prompt of about that many tokens
         words = 1
-        while len(engine.tokenizer.encode("one " * (words + 1))) <= tokens:
+        while len(tokenizer.encode("one " * (words + 1))) <= tokens:
             words += 1
         return "one " * words
 

@@ -1,16 +1,22 @@
 """model.py against transformers' own implementation of the same config and the same random
 weights, loaded through our safetensors loader; tolerances are for float32 on CPU."""
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
-from openjarvis.runtime.torch.loading import build_model, load_hf  # noqa: E402
-from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for  # noqa: E402
-from openjarvis.runtime.torch.paged import Layout, row_joins, slots_of  # noqa: E402
+import torch
+import transformers
+
+from openjarvis.runtime.torch.loading import build_model, load_hf
+from openjarvis.runtime.torch.model import ModelConfig, Transformer, config_for
+from openjarvis.runtime.torch.paged import Layout, row_joins, slots_of
 
 # float32 on both sides, but different operation orders (SDPA vs eager softmax, fused RoPE):
 # differences stay near 1e-5 of the logits' scale; 1e-4 leaves room for other CPUs.
@@ -18,7 +24,8 @@ RELATIVE_TOLERANCE = 1e-4
 
 
 def _hf_model(config: ModelConfig) -> "transformers.PreTrainedModel":
-    common = {
+    # Keyword arguments every config class takes: ints, a float and a bool
+    common: dict[str, Any] = {
         "vocab_size": config.vocab_size,
         "hidden_size": config.dim,
         "intermediate_size": config.intermediate_size,
@@ -30,16 +37,18 @@ def _hf_model(config: ModelConfig) -> "transformers.PreTrainedModel":
         "max_position_embeddings": config.max_seq_len,
         "tie_word_embeddings": config.tie_embeddings,
     }
+    hf_config: transformers.PreTrainedConfig
+    build: Callable[[], transformers.PreTrainedModel]  # the model class on its own config
     if config.name == "tiny-llama":
         hf_config = transformers.LlamaConfig(
             **common, rope_parameters={"rope_type": "default", "rope_theta": config.rope_base}
         )
-        model_class = transformers.LlamaForCausalLM
+        build = partial(transformers.LlamaForCausalLM, hf_config)
     elif config.name == "tiny-qwen3":
         hf_config = transformers.Qwen3Config(
             **common, rope_parameters={"rope_type": "default", "rope_theta": config.rope_base}
         )
-        model_class = transformers.Qwen3ForCausalLM
+        build = partial(transformers.Qwen3ForCausalLM, hf_config)
     else:
         assert config.query_scale is not None and config.sliding_window is not None
         hf_config = transformers.Gemma3TextConfig(
@@ -55,10 +64,10 @@ def _hf_model(config: ModelConfig) -> "transformers.PreTrainedModel":
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
             },
         )
-        model_class = transformers.Gemma3ForCausalLM
+        build = partial(transformers.Gemma3ForCausalLM, hf_config)
     hf_config._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = model_class(hf_config).eval()
+    model = build().eval()
     with torch.no_grad():  # trained-like norm weights, not the initial constants
         for name, parameter in model.named_parameters():
             if "norm" in name:

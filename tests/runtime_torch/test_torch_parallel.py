@@ -2,17 +2,22 @@
 the greedy tokens of one process, for world sizes 2, 3 and 4, and with the decode step
 compiled (the collectives are registered operators that torch.compile traces around)."""
 
+from collections.abc import Iterator
+from typing import TypedDict, Unpack
+
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from openjarvis.errors import UserError  # noqa: E402
-from openjarvis.runtime.torch.config import TorchSettings  # noqa: E402
-from openjarvis.runtime.torch.engine import TorchEngine  # noqa: E402
-from openjarvis.runtime.torch.loading import build_model  # noqa: E402
-from openjarvis.runtime.torch.model import config_for  # noqa: E402
-from openjarvis.runtime.torch.parallel import tensor_parallel  # noqa: E402
-from tests.runtime_torch.test_mixed_steps import joined_while_decoding  # noqa: E402
+import torch
+
+from openjarvis.errors import UserError
+from openjarvis.runtime.torch.config import TorchSettings
+from openjarvis.runtime.torch.engine import TorchEngine
+from openjarvis.runtime.torch.loading import build_model
+from openjarvis.runtime.torch.model import TransformerBlock, config_for
+from openjarvis.runtime.torch.parallel import tensor_parallel
+from tests.runtime_torch.test_mixed_steps import joined_while_decoding
 
 # float32: the sharded matmuls and the all-reduce add partial sums in another order than one
 # process does; the difference is rounding, near 1e-7 of the logits' scale.
@@ -20,12 +25,20 @@ RELATIVE_TOLERANCE = 1e-5
 PROMPT = [5, 17, 42, 99, 3, 250 % 240, 7, 64]
 
 
+class _Options(TypedDict, total=False):
+    """Keyword arguments of TorchEngine.generate_tokens after the prompt and the count."""
+
+    stop_tokens: frozenset[int]
+    temperature: float
+    seed: int | None
+
+
 def _settings(tp: int, compile: bool = False) -> TorchSettings:
     return TorchSettings(device="cpu", tp=tp, max_seq_len=64, seed=11, compile=compile)
 
 
 @pytest.fixture(scope="module")
-def single() -> TorchEngine:
+def single() -> Iterator[TorchEngine]:
     engine = TorchEngine("tiny-tp", _settings(1))
     yield engine
     engine.close()
@@ -75,7 +88,9 @@ def test_world_size_one_pass_changes_nothing() -> None:
         plain.state_dict().items(), passed.state_dict().items(), strict=True
     ):
         assert torch.equal(a, b), name
-    assert passed.layers[0].attention.n_heads == config.n_heads
+    layer = passed.layers[0]
+    assert isinstance(layer, TransformerBlock)
+    assert layer.attention.n_heads == config.n_heads
 
 
 def test_row_parallel_layer_sends_one_token_to_the_fused_product_and_more_to_the_reduce() -> None:
@@ -111,8 +126,8 @@ def test_every_rank_stays_in_step_across_early_stops_stop_tokens_and_sampling(
     token and a seeded draw must leave every rank where rank 0 is."""
     count = 35
 
-    def tokens(engine: TorchEngine, **options: object) -> list[int]:
-        return [token for token, _ in engine.generate_tokens(PROMPT, count, **options)]  # type: ignore[arg-type]
+    def tokens(engine: TorchEngine, **options: Unpack[_Options]) -> list[int]:
+        return [token for token, _ in engine.generate_tokens(PROMPT, count, **options)]
 
     expected = tokens(single)
     sampled = tokens(single, temperature=0.8, seed=5)

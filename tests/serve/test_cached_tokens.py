@@ -42,13 +42,17 @@ def test_a_reply_reports_the_cached_prompt_tokens() -> None:
         "prompt_tokens_details": {"cached_tokens": 1184},
     }
     chunk = chunk_body(_parsed(), "m", None, None, COMPLETION, energy)
-    assert chunk["usage"]["prompt_tokens_details"] == {"cached_tokens": 1184}  # type: ignore[index]
+    usage = chunk["usage"]
+    assert isinstance(usage, dict)
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 1184}
 
 
 def test_an_engine_that_does_not_say_gets_no_details() -> None:
     unsaid = dataclasses.replace(COMPLETION, cached_tokens=None)
     body = completion_body(_parsed(), "m", unsaid, energy_field(WINDOW, None))
-    assert "prompt_tokens_details" not in body["usage"]  # type: ignore[operator]
+    usage = body["usage"]
+    assert isinstance(usage, dict)
+    assert "prompt_tokens_details" not in usage
 
 
 def test_ipw_requests_shows_cached_tokens_and_the_prefill_joules_saved(tmp_path: Path) -> None:

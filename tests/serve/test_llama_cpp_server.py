@@ -11,11 +11,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
 
-from openjarvis.power.types import weakest_method
+from openjarvis.power.types import Method, weakest_method
 from openjarvis.runtime.models import embedded_default
 from openjarvis.store import open_store
 
@@ -95,4 +96,5 @@ def test_measure_meters_llama_cpp_pythons_server_here(
     # The run's method is its local sources' (a counter, or the labelled CPU model where this
     # machine has none), not the cloud table's.
     methods = {reading.method for result in results for reading in result.energy}
-    assert run.energy_method == weakest_method(sorted(methods))  # type: ignore[arg-type]
+    # The store keeps each reading's Method as its string.
+    assert run.energy_method == weakest_method(cast("list[Method]", sorted(methods)))

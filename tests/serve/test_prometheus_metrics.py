@@ -88,8 +88,8 @@ def test_the_energy_counter_grows_after_a_request(server: EnergyServer) -> None:
         == usage["prompt_tokens"]
     )
     finish = reply.json()["choices"][0]["finish_reason"]
-    labels = {**dict(model), "endpoint": "/v1/completions", "finish_reason": finish}
-    requests = ("jarvis_requests_total", tuple(sorted(labels.items())))
+    request_labels = {**dict(model), "endpoint": "/v1/completions", "finish_reason": finish}
+    requests = ("jarvis_requests_total", tuple(sorted(request_labels.items())))
     assert after[requests] - before.get(requests, 0.0) == 1
     assert (
         after[("jarvis_request_duration_seconds_count", model)]

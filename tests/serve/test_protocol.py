@@ -105,7 +105,7 @@ def test_an_estimate_replaces_the_local_window() -> None:
     estimate = EnergyEstimate("estimate:cloud:frontier", 5.0, "class frontier")
     energy = energy_field(WINDOW, estimate)
     assert (energy["energy_j"], energy["net_energy_j"], energy["method"]) == (5.0, None, "estimate")
-    assert [s["source"] for s in energy["sources"]] == ["estimate:cloud:frontier"]  # type: ignore[attr-defined]
+    assert [s["source"] for s in energy["sources"]] == ["estimate:cloud:frontier"]
     assert energy["basis"] == "class frontier"
 
 

@@ -4,9 +4,12 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
+from pydantic import BaseModel
 
 from openjarvis.power.claims import claim_sources
 from openjarvis.runtime.cloud import CloudEngine, CloudSettings
@@ -17,7 +20,8 @@ from openjarvis.serve import EnergyServer, running_server
 from openjarvis.store import Store, open_store, request_logs
 
 KEY = "serve-test-key"
-MESSAGES = [{"role": "user", "content": "Write a haiku about the sea."}]
+PROMPT = "Write a haiku about the sea."
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT}]
 METHODS = ("counter", "integrated", "estimate")
 
 
@@ -48,7 +52,13 @@ def client(server: EnergyServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
 
 
-def _check_energy(energy: dict[str, object], alone: bool = True) -> None:
+def _extra(reply: BaseModel) -> dict[str, Any]:
+    """The fields the server adds to OpenAI's reply (`energy`, `timings`), as JSON."""
+    assert reply.model_extra is not None
+    return reply.model_extra
+
+
+def _check_energy(energy: dict[str, Any], alone: bool = True) -> None:
     assert energy["method"] in METHODS
     assert energy["scope"] == "system"
     assert energy["sources"], "every energy figure names its sources"
@@ -57,8 +67,8 @@ def _check_energy(energy: dict[str, object], alone: bool = True) -> None:
     if energy["energy_j"] is None:
         assert energy["null_reason"]
     else:
-        assert float(energy["energy_j"]) > 0  # type: ignore[arg-type]
-    for source in energy["sources"]:  # type: ignore[attr-defined]
+        assert float(energy["energy_j"]) > 0
+    for source in energy["sources"]:
         assert source["method"] in METHODS and source["source"]
 
 
@@ -74,22 +84,20 @@ def test_chat_reply_carries_energy_and_matches_the_engine(
         model="gemma-3-270m-Q4_K_M",
         messages=MESSAGES,
         max_tokens=24,
-        temperature=0,  # type: ignore[arg-type]
+        temperature=0,
     )
-    direct = engine.generate(
-        ChatRequest((ChatMessage("user", MESSAGES[0]["content"]),), max_tokens=24)
-    )
+    direct = engine.generate(ChatRequest((ChatMessage("user", PROMPT),), max_tokens=24))
     assert reply.choices[0].message.content == direct.text
     assert reply.usage is not None and reply.usage.completion_tokens == direct.completion_tokens
     assert reply.choices[0].finish_reason == direct.finish_reason
-    _check_energy(reply.model_extra["energy"])  # type: ignore[index]
-    assert reply.model_extra["timings"]["ttft_s"] > 0  # type: ignore[index]
+    _check_energy(_extra(reply)["energy"])
+    assert _extra(reply)["timings"]["ttft_s"] > 0
 
 
 def test_chat_stream_yields_tokens_then_energy(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
         model="gemma-3-270m-Q4_K_M",
-        messages=MESSAGES,  # type: ignore[arg-type]
+        messages=MESSAGES,
         max_tokens=24,
         temperature=0,
         stream=True,
@@ -102,14 +110,14 @@ def test_chat_stream_yields_tokens_then_energy(client: openai.OpenAI) -> None:
     assert len(pieces) > 3, "tokens arrive one by one"
     finish = [c for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(finish) == 1
-    _check_energy(finish[0].model_extra["energy"])  # type: ignore[index]
+    _check_energy(_extra(finish[0])["energy"])
     usage = chunks[-1]
     assert usage.choices == [] and usage.usage is not None and usage.usage.completion_tokens > 0
     whole = client.chat.completions.create(
         model="gemma-3-270m-Q4_K_M",
         messages=MESSAGES,
         max_tokens=24,
-        temperature=0,  # type: ignore[arg-type]
+        temperature=0,
     )
     assert "".join(pieces) == whole.choices[0].message.content
 
@@ -124,11 +132,15 @@ def test_plain_completions_stream_and_not(client: openai.OpenAI) -> None:
     )
     text = "".join(c.choices[0].text for c in streamed if c.choices)
     assert text == whole.choices[0].text and text
-    _check_energy(whole.model_extra["energy"])  # type: ignore[index]
+    _check_energy(_extra(whole)["energy"])
 
 
 def test_json_schema_response_format(client: openai.OpenAI) -> None:
-    schema = {"type": "object", "properties": {"sea": {"type": "string"}}, "required": ["sea"]}
+    schema: dict[str, object] = {
+        "type": "object",
+        "properties": {"sea": {"type": "string"}},
+        "required": ["sea"],
+    }
     reply = client.chat.completions.create(
         model="gemma-3-270m-Q4_K_M",
         messages=[{"role": "user", "content": "Name a sea as JSON."}],
@@ -148,12 +160,12 @@ def test_errors_reach_the_client_as_openai_errors(server: EnergyServer) -> None:
         right.chat.completions.create(
             model="gemma-3-270m-Q4_K_M",
             messages=MESSAGES,
-            max_tokens=5000,  # type: ignore[arg-type]
+            max_tokens=5000,
         )
     with pytest.raises(openai.BadRequestError, match="'tools' is not supported"):
         right.chat.completions.create(
             model="gemma-3-270m-Q4_K_M",
-            messages=MESSAGES,  # type: ignore[arg-type]
+            messages=MESSAGES,
             tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
         )
 
@@ -183,7 +195,7 @@ def test_requests_are_logged_with_their_energy(client: openai.OpenAI, store: Sto
         model="gemma-3-270m-Q4_K_M",
         messages=MESSAGES,
         max_tokens=8,
-        temperature=0,  # type: ignore[arg-type]
+        temperature=0,
     )
     logs = request_logs(store)
     assert len(logs) == before + 1
@@ -219,7 +231,7 @@ def test_concurrent_streams_batch_on_the_engine_and_share_their_energy(
     alone = [engine.generate(GenerationRequest(p, max_tokens=16)).text for p in prompts]
     before = len(request_logs(store))
 
-    async def one(client: openai.AsyncOpenAI, prompt: str) -> tuple[str, dict[str, object]]:
+    async def one(client: openai.AsyncOpenAI, prompt: str) -> tuple[str, dict[str, Any]]:
         stream = await client.completions.create(
             model="gemma-3-270m-Q4_K_M", prompt=prompt, max_tokens=16, temperature=0, stream=True
         )
@@ -231,7 +243,7 @@ def test_concurrent_streams_batch_on_the_engine_and_share_their_energy(
                     energy = (chunk.model_extra or {})["energy"]
         return "".join(pieces), energy
 
-    async def together() -> list[tuple[str, dict[str, object]]]:
+    async def together() -> list[tuple[str, dict[str, Any]]]:
         async with openai.AsyncOpenAI(base_url=server.url, api_key=KEY, max_retries=0) as client:
             return await asyncio.gather(*(one(client, p) for p in prompts))
 
@@ -239,6 +251,6 @@ def test_concurrent_streams_batch_on_the_engine_and_share_their_energy(
     assert [text for text, _ in replies] == alone
     for _, energy in replies:
         _check_energy(energy, alone=False)
-        assert energy["shared"] is True and float(energy["mean_batch"]) > 1  # type: ignore[arg-type]
+        assert energy["shared"] is True and float(energy["mean_batch"]) > 1
     logged = request_logs(store)[before:]
     assert len(logged) == len(prompts) and all(r.shared for r in logged)

@@ -4,6 +4,7 @@
 database of a real PostgreSQL server started for the session; nothing is faked.
 """
 
+import dataclasses
 import importlib.util
 import os
 from collections.abc import Callable, Iterator
@@ -109,46 +110,45 @@ def make_run(host: HostRecord) -> Callable[..., RunRecord]:
     """A factory of RunRecords on `host`; keyword arguments replace fields."""
 
     def make(model_name: str = "gemma-3-270m", suite: str = "humaneval", **changes) -> RunRecord:
-        fields = {
-            "model_name": model_name,
-            "model_path": "/models/gemma-3-270m-q4_k_m.gguf",
-            "model_sha256": "ab" * 32,
-            "engine": "llamacpp",
-            "engine_settings": {"n_ctx": 4096, "n_gpu_layers": -1},
-            "suite": suite,
-            "options": {"limit": 10, "samples": 1, "temperature": 0.0, "seed": 0},
-            "energy_scope": "accelerator",
-            "energy_method": "counter",
-            "sandbox_isolation": "bubblewrap",
-            "tool_version": "0.1.0",
-            "idle_power_w": {"nvml:GPU-aaaa": 71.5, "nvml:GPU-bbbb": None},
-            "host": host,
-            "model_quantisation": "Q4_K_M",
-            "model_parameters": 268_000_000,
-        }
-        fields.update(changes)
-        return RunRecord(**fields)
+        run = RunRecord(
+            model_name=model_name,
+            model_path="/models/gemma-3-270m-q4_k_m.gguf",
+            model_sha256="ab" * 32,
+            engine="llamacpp",
+            engine_settings={"n_ctx": 4096, "n_gpu_layers": -1},
+            suite=suite,
+            options={"limit": 10, "samples": 1, "temperature": 0.0, "seed": 0},
+            energy_scope="accelerator",
+            energy_method="counter",
+            sandbox_isolation="bubblewrap",
+            tool_version="0.1.0",
+            idle_power_w={"nvml:GPU-aaaa": 71.5, "nvml:GPU-bbbb": None},
+            host=host,
+            model_quantisation="Q4_K_M",
+            model_parameters=268_000_000,
+        )
+        return dataclasses.replace(run, **changes)
 
     return make
 
 
 def task_result(task_id: str = "HumanEval/0", **changes) -> TaskResultRecord:
     """A task with one measured source and one that could not be read (None with a reason)."""
-    fields = {
-        "task_id": task_id,
-        "samples": 2,
-        "passed": 1,
-        "latency_s": 1.25,
-        "ttft_s": 0.05,
-        "decode_tokens_per_s": 180.5,
-        "prompt_tokens": 240,
-        "completion_tokens": 310,
-        "energy_j": 150.0,
-        "net_energy_j": 60.6,
-        "energy_null_reason": None,
-        "completions": ("def f():\n    return 1\n", "def f():\n    return 2\n"),
-        "statuses": ("passed", "failed: AssertionError"),
-        "energy": (
+    task = TaskResultRecord(
+        task_id=task_id,
+        samples=2,
+        passed=1,
+        latency_s=1.25,
+        ttft_s=0.05,
+        decode_tokens_per_s=180.5,
+        prompt_tokens=240,
+        completion_tokens=310,
+        energy_j=150.0,
+        net_energy_j=60.6,
+        energy_null_reason=None,
+        completions=("def f():\n    return 1\n", "def f():\n    return 2\n"),
+        statuses=("passed", "failed: AssertionError"),
+        energy=(
             EnergyRecord(
                 source="nvml:GPU-aaaa",
                 domain="gpu",
@@ -170,9 +170,8 @@ def task_result(task_id: str = "HumanEval/0", **changes) -> TaskResultRecord:
                 low_resolution=True,
             ),
         ),
-    }
-    fields.update(changes)
-    return TaskResultRecord(**fields)
+    )
+    return dataclasses.replace(task, **changes)
 
 
 @pytest.fixture

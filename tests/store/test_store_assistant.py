@@ -1,6 +1,9 @@
 """The assistant's sessions and messages, on SQLite and PostgreSQL: order, context flags, the
 latest session of a folder, and energy that is unknown staying null."""
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from openjarvis.store import (
@@ -14,15 +17,11 @@ from openjarvis.store import (
 )
 
 
-def message(role: str, content: str, **changes: object) -> AssistantMessageRecord:
-    fields: dict[str, object] = {
-        "role": role,
-        "content": content,
-        "context_tokens": 12,
-        "context_tokens_exact": False,
-    }
-    fields.update(changes)
-    return AssistantMessageRecord(**fields)  # type: ignore[arg-type]
+def message(role: str, content: str, **changes: Any) -> AssistantMessageRecord:
+    plain = AssistantMessageRecord(
+        role=role, content=content, context_tokens=12, context_tokens_exact=False
+    )
+    return dataclasses.replace(plain, **changes)
 
 
 def test_messages_come_back_in_order_with_their_energy_and_flags(store: Store) -> None:
@@ -59,8 +58,10 @@ def test_the_latest_session_is_per_folder(store: Store) -> None:
     newer = create_assistant_session(store, "/a", "m")
     elsewhere = create_assistant_session(store, "/b", "m")
     add_assistant_message(store, older, message("user", "written last"))
-    assert latest_assistant_session(store, "/a").id == older  # type: ignore[union-attr]
-    assert latest_assistant_session(store, "/b").id == elsewhere  # type: ignore[union-attr]
+    latest_a = latest_assistant_session(store, "/a")
+    assert latest_a is not None and latest_a.id == older
+    latest_b = latest_assistant_session(store, "/b")
+    assert latest_b is not None and latest_b.id == elsewhere
     assert latest_assistant_session(store, "/c") is None
     assert newer != older
 

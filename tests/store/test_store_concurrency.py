@@ -6,6 +6,7 @@ import dataclasses
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,27 +18,26 @@ from tests.store.conftest import downgrade
 __all__: list[str] = []
 
 
-def request(**changes: object) -> RequestLogRecord:
-    fields: dict[str, object] = {
-        "started_at": datetime(2026, 12, 1, 12, tzinfo=UTC),
-        "endpoint": "/v1/chat/completions",
-        "model_name": "gemma",
-        "engine": "torch",
-        "stream": False,
-        "prompt_tokens": 10,
-        "completion_tokens": 20,
-        "finish_reason": "stop",
-        "wall_s": 1.0,
-        "ttft_s": 0.1,
-        "decode_tokens_per_s": 50.0,
-        "energy_j": 12.0,
-        "net_energy_j": 4.0,
-        "energy_method": "counter",
-        "energy_scope": "accelerator",
-        "energy_null_reason": None,
-    }
-    fields.update(changes)
-    return RequestLogRecord(**fields)  # type: ignore[arg-type]  # keyword values of mixed types
+def request(**changes: Any) -> RequestLogRecord:
+    logged = RequestLogRecord(
+        started_at=datetime(2026, 12, 1, 12, tzinfo=UTC),
+        endpoint="/v1/chat/completions",
+        model_name="gemma",
+        engine="torch",
+        stream=False,
+        prompt_tokens=10,
+        completion_tokens=20,
+        finish_reason="stop",
+        wall_s=1.0,
+        ttft_s=0.1,
+        decode_tokens_per_s=50.0,
+        energy_j=12.0,
+        net_energy_j=4.0,
+        energy_method="counter",
+        energy_scope="accelerator",
+        energy_null_reason=None,
+    )
+    return dataclasses.replace(logged, **changes)
 
 
 def test_concurrency_and_shared_energy_round_trip(store: Store, make_run, make_task) -> None:

@@ -4,6 +4,7 @@ sources are only read, checked first, and a merge of several is all or nothing.
 The target is SQLite or PostgreSQL (see conftest); sources are SQLite files, as exported.
 """
 
+import dataclasses
 import hashlib
 import random
 import sqlite3
@@ -91,7 +92,7 @@ def test_a_run_that_got_further_replaces_its_earlier_copy(
         # The laptop resumes and finishes the run; merging again brings the finished copy.
         laptop.resume_run(run_id)
         extra = laptop.task_results(run_id)[0]
-        laptop.save_task_result(run_id, type(extra)(**{**_fields(extra), "task_id": "Extra/1"}))
+        laptop.save_task_result(run_id, dataclasses.replace(extra, task_id="Extra/1"))
         laptop.finish_run(run_id, "complete", {"tasks": 4})
         counts = merge_into(store, laptop)
         assert (counts.added, counts.replaced, counts.unchanged) == (0, 1, 0)
@@ -99,10 +100,6 @@ def test_a_run_that_got_further_replaces_its_earlier_copy(
         # The stale copy never downgrades the finished one.
         assert merge_into(store, stale).unchanged == 1
         assert_same_run(store, laptop, run_id)
-
-
-def _fields(record: object) -> dict[str, object]:
-    return {name: getattr(record, name) for name in record.__slots__}  # type: ignore[attr-defined]
 
 
 def test_merging_a_database_into_itself_is_refused(store: Store) -> None:

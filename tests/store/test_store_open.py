@@ -90,7 +90,8 @@ def test_sqlite_runs_in_wal_mode_with_foreign_keys(db_path: Path) -> None:
         with pytest.raises(ValueError, match="no run"):
             store.add_power_samples("f" * 32, [PowerSampleRecord("nvml:GPU-a", 0.0, 70.0)])
         with store._engine.connect() as connection:
-            assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() > 0
+            busy_timeout_ms = connection.exec_driver_sql("PRAGMA busy_timeout").scalar()
+            assert busy_timeout_ms is not None and busy_timeout_ms > 0
 
 
 def test_in_memory_database_works(make_run) -> None:

@@ -3,6 +3,7 @@ from the engine's cache, its prefill energy and the prefill joules saved; rows s
 read as unknown (NULL), never as 0."""
 
 from pathlib import Path
+from typing import Any
 
 from openjarvis.store import Store, open_store
 from openjarvis.store.assistant import (
@@ -18,7 +19,7 @@ from tests.store.test_store_concurrency import request
 __all__: list[str] = []
 
 
-def reply(**changes: object) -> AssistantMessageRecord:
+def reply(**changes: Any) -> AssistantMessageRecord:
     return AssistantMessageRecord(
         role="assistant",
         content="done",
@@ -28,7 +29,7 @@ def reply(**changes: object) -> AssistantMessageRecord:
         prompt_tokens=900,
         completion_tokens=3,
         energy_j=5.0,
-        **changes,  # type: ignore[arg-type]  # keyword values of mixed types
+        **changes,
     )
 
 

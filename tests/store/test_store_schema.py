@@ -91,21 +91,20 @@ def test_power_samples_survive_the_move_to_packed_chunks(database_url: str) -> N
     old_samples = table(
         "power_sample", column("run_id"), column("source"), column("time_s"), column("power_w")
     )
-    rows = [
-        {
-            "run_id": "a" * 32,
-            "source": f"gpu:{i % 2}",
-            "time_s": 0.5 * (i // 2),
-            "power_w": 60.0 + i,
-        }
+    samples = [
+        PowerSampleRecord(source=f"gpu:{i % 2}", time_s=0.5 * (i // 2), power_w=60.0 + i)
         for i in range(20_000)
+    ]
+    rows = [
+        {"run_id": "a" * 32, "source": s.source, "time_s": s.time_s, "power_w": s.power_w}
+        for s in samples
     ]
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "0002_assistant_sessions")
-        connection.execute(insert(Model.__table__).values(id=1, name="m"))
+        connection.execute(insert(Base.metadata.tables[Model.__tablename__]).values(id=1, name="m"))
         connection.execute(
-            insert(Run.__table__).values(
+            insert(Base.metadata.tables[Run.__tablename__]).values(
                 id="a" * 32, model_id=1, engine="llamacpp", engine_settings={}, suite="s",
                 options={}, state="complete", started_at=datetime.now(UTC), tool_version="0",
                 energy_scope="system", sandbox_isolation="none", idle_power_w={},
@@ -115,4 +114,4 @@ def test_power_samples_survive_the_move_to_packed_chunks(database_url: str) -> N
     engine.dispose()
     with open_store(database_url) as store:
         migrated = store.power_samples("a" * 32)
-    assert migrated == [PowerSampleRecord(**{k: r[k] for k in r if k != "run_id"}) for r in rows]
+    assert migrated == samples

@@ -48,7 +48,10 @@ def make_app(project: Path, store: Store, meter: Meter) -> Callable[..., Assista
         resume_session: str | None = None,
         meter: AssistantMeter = meter,
     ) -> AssistantApp:
-        by_spec = {None: engines[0], **{engine.name: engine for engine in engines}}
+        by_spec: dict[str | None, ScriptedEngine] = {
+            None: engines[0],
+            **{engine.name: engine for engine in engines},
+        }
         return AssistantApp(
             opener=lambda spec: scripted_model(by_spec[spec], context_tokens),
             model_spec=None,

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
+from textual.widgets import Input
+
+from openjarvis.tui import AssistantApp
 
 __all__ = ["ask", "init_git", "run", "settle"]
 
@@ -21,14 +24,16 @@ def init_git(folder: Path) -> None:
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start")
 
 
-async def settle(pilot: Pilot[None], until: Callable[[], bool] | None = None) -> None:
-    """Wait until the app is idle (no worker, not busy) or `until` holds; 20 s at most."""
+async def settle(pilot: Pilot[None], until: Callable[[], object] | None = None) -> None:
+    """Wait until the app is idle (no worker, not busy) or `until` holds (is truthy); 20 s at
+    most."""
     app = pilot.app
+    assert isinstance(app, AssistantApp)  # the assistant's app is the only one driven here
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         await pilot.pause(0.02)
         busy_workers = any(not worker.is_finished for worker in app.workers)
-        done = until() if until is not None else not (app.busy or busy_workers)  # type: ignore[attr-defined]
+        done = until() if until is not None else not (app.busy or busy_workers)
         if done:
             await pilot.pause()
             return
@@ -42,5 +47,5 @@ def run(coroutine: Coroutine[Any, Any, None]) -> None:
 
 async def ask(pilot: Pilot[None], text: str) -> None:
     """Type a line into the prompt and press Enter."""
-    pilot.app.query_one("#prompt").value = text  # type: ignore[attr-defined]
+    pilot.app.query_one("#prompt", Input).value = text
     await pilot.press("enter")

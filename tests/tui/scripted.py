@@ -95,4 +95,4 @@ class ScriptedEngine:
 
 
 def scripted_model(engine: ScriptedEngine, context_tokens: int | None = 4096) -> LoadedModel:
-    return LoadedModel(engine, context_tokens, engine.name)  # type: ignore[arg-type]
+    return LoadedModel(engine, context_tokens, engine.name)

@@ -38,7 +38,9 @@ def test_reply_streams_as_markdown_and_status_shows_energy(
             assert app.chat.energy.by_model["scripted-model"].replies == 1
 
     run(scenario())
-    stored = assistant_messages(app.chat.log._store, app.chat.log.session_id)
+    session_id = app.chat.log.session_id
+    assert session_id is not None
+    stored = assistant_messages(app.chat.log._store, session_id)
     assert [m.role for m in stored] == ["user", "assistant"]
     reply = stored[1]
     assert reply.completion_tokens and reply.completion_tokens > 0

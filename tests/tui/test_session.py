@@ -13,7 +13,7 @@ from openjarvis.tui import AssistantApp
 from openjarvis.tui.engines import LoadedModel
 from openjarvis.tui.session import latest_session_id
 from openjarvis.tui.status import render_status
-from openjarvis.tui.widgets import ContextPrompt, HistoryInput, ReplyView
+from openjarvis.tui.widgets import ContextPrompt, HistoryInput, Notice, ReplyView
 from tests.tui.pilot import ask, run, settle
 from tests.tui.scripted import ScriptedEngine
 
@@ -21,7 +21,7 @@ LONG = " ".join(["word"] * 150)  # about 250 tokens by the app's estimate
 
 
 def notices(app: AssistantApp) -> str:
-    return "\n".join(str(notice.source) for notice in app.query(".notice"))
+    return "\n".join(str(notice.source) for notice in app.query(".notice").results(Notice))
 
 
 def test_a_request_beyond_the_context_asks_before_dropping_old_turns(
@@ -122,7 +122,7 @@ def test_cloud_replies_show_the_estimate_labelled_and_cost_by_model(
             assert "(estimate)" in footer and footer.startswith("≈") and "$0.0030" in footer
             await ask(pilot, "/cost")
             await settle(pilot)
-            table = str(app.query(".notice").last().source)
+            table = str(app.query(".notice").last(Notice).source)
             assert "| scripted-model | 1 |" in table and "| local |" in table
             assert "| cloud-model | 1 | 3 |" in table and "$0.0030" in table
             assert "(estimate)" in table
@@ -233,8 +233,8 @@ def test_jarvis_says_once_that_a_base_model_is_no_chat_model(
     base = ScriptedEngine(["szpital"], name="base-model")
     chat = ScriptedEngine(["an answer"], name="chat-model")
     loaded = {
-        None: LoadedModel(base, 4096, None, note),  # type: ignore[arg-type]
-        "chat-model": LoadedModel(chat, 4096, "chat-model"),  # type: ignore[arg-type]
+        None: LoadedModel(base, 4096, None, note),
+        "chat-model": LoadedModel(chat, 4096, "chat-model"),
     }
     app = AssistantApp(
         opener=lambda spec: loaded[spec],
@@ -307,7 +307,7 @@ def test_cost_of_a_remote_model_without_a_price_is_no_price_not_local(
             await settle(pilot)
             await ask(pilot, "/cost")
             await settle(pilot)
-            table = str(app.query(".notice").last().source)
+            table = str(app.query(".notice").last(Notice).source)
             row = next(line for line in table.splitlines() if "unpriced-model" in line)
             assert row.rstrip().endswith("| no price |") and "local" not in row
 

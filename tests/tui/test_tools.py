@@ -7,7 +7,8 @@ from pathlib import Path
 
 from openjarvis.tui import AssistantApp
 from openjarvis.tui.tooling import MAX_TOOL_ROUNDS
-from openjarvis.tui.widgets import ApprovalPrompt, ToolView
+from openjarvis.tui.tools import PendingEdit
+from openjarvis.tui.widgets import ApprovalPrompt, Notice, ToolView
 from tests.tui.pilot import ask, init_git, run, settle
 from tests.tui.scripted import ScriptedEngine
 
@@ -94,6 +95,7 @@ def test_edit_is_shown_as_a_diff_and_applied_only_after_yes_then_undone(
             await ask(pilot, "greet the world")
             await settle(pilot, awaiting_approval(app))
             prompt = app.query_one(ApprovalPrompt)
+            assert isinstance(prompt.pending, PendingEdit)
             assert '+print("hello, world")' in prompt.pending.plan.diff
             assert '-print("hello")' in prompt.pending.plan.diff
             assert (project / "hello.py").read_text() == 'print("hello")\n'
@@ -105,7 +107,7 @@ def test_edit_is_shown_as_a_diff_and_applied_only_after_yes_then_undone(
             await ask(pilot, "/undo")
             await settle(pilot)
             assert (project / "hello.py").read_text() == 'print("hello")\n'
-            notices = [str(n.source) for n in app.query(".notice")]
+            notices = [str(n.source) for n in app.query(".notice").results(Notice)]
             assert any("undone: hello.py" in n and "git:" in n for n in notices)
             # The model hears of the undo with the next message.
             assert "/undo" in app.chat.conversation.messages[-1].content
@@ -211,7 +213,7 @@ def test_a_turn_stops_after_the_most_tool_calls_it_may_make(
             await settle(pilot)
             assert len(engine.requests) == MAX_TOOL_ROUNDS + 1
             assert len(app.query(ToolView)) == MAX_TOOL_ROUNDS
-            notices = [str(n.source) for n in app.query(".notice")]
+            notices = [str(n.source) for n in app.query(".notice").results(Notice)]
             assert any(f"Stopped: {MAX_TOOL_ROUNDS} tool calls" in n for n in notices)
 
     run(scenario())

@@ -152,7 +152,7 @@ def test_a_reply_stream_relays_in_batches_and_stops_with_the_energy_spent() -> N
     words = " ".join(f"w{index}" for index in range(40))
     request = Conversation("system").request(max_tokens=100)
     relayed: list[tuple[str, int]] = []
-    whole = ReplyStream(FixedMeter(), stepping_engine([words]), request)  # type: ignore[arg-type]
+    whole = ReplyStream(FixedMeter(), stepping_engine([words]), request)
     outcome = whole.run(lambda text, pieces, time_s: relayed.append((text, pieces)))
     assert outcome.completion is not None and outcome.error is None
     assert "".join(text for text, _ in relayed) == words
@@ -160,7 +160,7 @@ def test_a_reply_stream_relays_in_batches_and_stops_with_the_energy_spent() -> N
     assert sum(pieces for _, pieces in relayed) == 40 and len(relayed) <= 40 * 0.05 / FLUSH_S + 1
     assert outcome.energy == ReplyEnergy(12.5, "counter", None)
 
-    stopped = ReplyStream(FixedMeter(), stepping_engine([words]), request)  # type: ignore[arg-type]
+    stopped = ReplyStream(FixedMeter(), stepping_engine([words]), request)
     seen: list[str] = []
 
     def stop_after_first(text: str, pieces: int, time_s: float) -> None:
@@ -173,7 +173,7 @@ def test_a_reply_stream_relays_in_batches_and_stops_with_the_energy_spent() -> N
     assert outcome.energy == ReplyEnergy(12.5, "counter", None)  # spent, so still counted
 
     cloud = stepping_engine(["an answer"], cloud_joules_per_token=0.5)
-    estimated = ReplyStream(FixedMeter(), cloud, request).run(lambda *_: None)  # type: ignore[arg-type]
+    estimated = ReplyStream(FixedMeter(), cloud, request).run(lambda *_: None)
     assert estimated.energy is not None and estimated.energy.method == "estimate"
 
 
@@ -205,7 +205,7 @@ def test_the_tool_runner_counts_rounds_and_reports_each_outcome(tmp_path: Path) 
 
 def test_live_status_integrates_the_watts_while_a_reply_streams() -> None:
     clock = FakeClock()
-    live = LiveStatus(LiveWatts(FixedMeter(power_w=40.0)), clock=clock)  # type: ignore[arg-type]
+    live = LiveStatus(LiveWatts(FixedMeter(power_w=40.0)), clock=clock)
     live.tick()
     assert live.state.watts_now == 40.0 and live.state.reply_j is None
     live.reply_started()

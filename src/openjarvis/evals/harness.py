@@ -502,8 +502,8 @@ def _logprob_access(engine: Engine, task_name: str) -> _LogprobAccess:
 
 def _loglikelihood(
     engine: Engine, task_name: str, context: str, continuation: str
-) -> tuple[list[object], Completion]:
-    """[log P(continuation | context), whether greedy decoding gives it], as lm-eval's own
+) -> tuple[tuple[float, bool], Completion]:
+    """(log P(continuation | context), whether greedy decoding gives it), as lm-eval's own
     HuggingFace model computes it: the continuation's tokens are those of context +
     continuation after the context's, and a context too long loses its oldest tokens. A chat
     context (apply_chat_template) is rendered with the model's template first, its special
@@ -548,7 +548,7 @@ def _loglikelihood(
         # One step of the engine's alone, for sharing energy with tasks in flight beside it.
         work=(WorkPiece(started_s, ended_s, share=1.0, batch=1),),
     )
-    return [logprob, greedy], part
+    return (logprob, greedy), part
 
 
 def check_harness_tasks(tasks: Sequence[Task], engine_kind: str) -> None:

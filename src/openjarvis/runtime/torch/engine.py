@@ -15,7 +15,7 @@ import operator
 import os
 import socket
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -126,13 +126,13 @@ class TorchEngine:
         stop_tokens: frozenset[int] = frozenset(),
         temperature: float = 0.0,
         seed: int | None = None,
-    ) -> Iterator[tuple[int, float]]:
+    ) -> Generator[tuple[int, float]]:
         """Decode, greedily at temperature 0 (else sampled with `seed`): (token, arrival time
-        on time.monotonic()) one by one, ending after a stop token. Closing the iterator early
+        on time.monotonic()) one by one, ending after a stop token. Closing the generator early
         frees the sequence."""
         if max_tokens < 1:
             self._check_fits(prompt, 0)
-            return iter(())
+            return _nothing()
         sequence = self._submit(prompt, max_tokens, stop_tokens, temperature, seed)
         return _one_by_one(self._deliveries(sequence))
 
@@ -266,6 +266,11 @@ class TorchEngine:
 
     def close(self) -> None:
         self._core.close()
+
+
+def _nothing() -> Generator[tuple[int, float]]:
+    """No tokens (max_tokens < 1), as a generator like any other call's."""
+    yield from ()
 
 
 def _one_by_one(batches: Generator[list[tuple[int, float]]]) -> Generator[tuple[int, float]]:
