@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     from openjarvis.runtime.torch.model import config_for
-    from openjarvis.runtime.torch.runner import BLOCK_SIZE
+    from openjarvis.runtime.torch.paged import BLOCK_SIZE
 
     config = config_for(args.preset)
     device = torch.device("cuda")
@@ -84,8 +84,7 @@ def compare(
     from functools import partial
 
     from openjarvis.kernels.paged_attention import paged_decode_attention, rows_per_program
-    from openjarvis.runtime.torch.paged import row_joins
-    from openjarvis.runtime.torch.runner import BLOCK_SIZE
+    from openjarvis.runtime.torch.paged import BLOCK_SIZE, row_joins
 
     heads, kv_heads, head_dim = config.n_heads, config.n_kv_heads, config.head_dim
     device = tables.device

@@ -16,9 +16,9 @@ import argparse
 import random
 import time
 
-from openjarvis.runtime.torch.paged import BlockPool
-from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+from openjarvis.runtime.torch.paged import BLOCK_SIZE, BlockPool
 from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
+from openjarvis.runtime.torch.step_inputs import StepInputs
 
 __all__: list[str] = []
 

@@ -35,7 +35,8 @@ import torch
 if TYPE_CHECKING:
     from openjarvis.runtime.torch.engine import TorchEngine
     from openjarvis.runtime.torch.model import ModelConfig
-    from openjarvis.runtime.torch.runner import Runner, StepInputs
+    from openjarvis.runtime.torch.runner import Runner
+    from openjarvis.runtime.torch.step_inputs import StepInputs
 
 __all__ = ["main"]
 
@@ -51,7 +52,8 @@ def _runner(engine: "TorchEngine") -> "Runner":
 
 def decode_inputs(runner: "Runner", batch: int, context: int) -> "StepInputs":
     """A decode step of `batch` rows, each at position `context` with its own blocks."""
-    from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+    from openjarvis.runtime.torch.paged import BLOCK_SIZE
+    from openjarvis.runtime.torch.step_inputs import StepInputs
 
     blocks_per_row = -(-(context + 1) // BLOCK_SIZE)
     width = runner.table_width
@@ -70,8 +72,8 @@ def mixed_inputs(runner: "Runner", batch: int, context: int, prompt_rows: int) -
     """A decode step of `batch` rows at position `context`, then `prompt_rows` prompt rows:
     prompts of `context` tokens (the last one shorter), one query a row at positions 0.., each
     prompt over the blocks of a decode row (their keys are what a timing needs, not theirs)."""
-    from openjarvis.runtime.torch.paged import slots_of
-    from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+    from openjarvis.runtime.torch.paged import BLOCK_SIZE, slots_of
+    from openjarvis.runtime.torch.step_inputs import StepInputs
 
     decode = decode_inputs(runner, batch, context)
     if not prompt_rows:
@@ -93,8 +95,8 @@ def mixed_inputs(runner: "Runner", batch: int, context: int, prompt_rows: int) -
 
 def prefill_inputs(runner: "Runner", length: int, cached: int, width: int) -> "StepInputs":
     """One row's prefill of `length` tokens after `cached` ones, its table `width` blocks."""
-    from openjarvis.runtime.torch.paged import slots_of
-    from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+    from openjarvis.runtime.torch.paged import BLOCK_SIZE, slots_of
+    from openjarvis.runtime.torch.step_inputs import StepInputs
 
     blocks = -(-(cached + length) // BLOCK_SIZE)
     assert blocks <= width <= runner.table_width and blocks < runner.blocks
@@ -150,12 +152,12 @@ def prefill_diagnose(engine: "TorchEngine", lengths: list[int], cached: int, ste
 
 
 def prefill_one(runner: "Runner", length: int, cached: int, steps: int) -> None:
-    from openjarvis.runtime.torch.runner import BLOCK_SIZE, _on
+    from openjarvis.runtime.torch.paged import BLOCK_SIZE
 
     device = runner.device
     blocks = -(-(cached + length) // BLOCK_SIZE)
-    exact = _on(prefill_inputs(runner, length, cached, blocks), device)
-    wide = _on(prefill_inputs(runner, length, cached, runner.table_width), device)
+    exact = prefill_inputs(runner, length, cached, blocks).on(device)
+    wide = prefill_inputs(runner, length, cached, runner.table_width).on(device)
     eager = runner._prefill
     calls = {
         "graph": lambda: runner.run(exact),
@@ -190,9 +192,9 @@ def time_replay(runner: "Runner", inputs: "StepInputs", steps: int, pick: bool) 
 def time_host(engine: "TorchEngine", batch: int, context: int, steps: int) -> dict[str, float]:
     """Milliseconds of Python per step: the step's inputs (its rows and their tensors), and
     recording its tokens."""
-    from openjarvis.runtime.torch.paged import BlockPool
-    from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+    from openjarvis.runtime.torch.paged import BLOCK_SIZE, BlockPool
     from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
+    from openjarvis.runtime.torch.step_inputs import StepInputs
 
     max_seq_len = context + 2 * steps + 8
     pool = BlockPool(1 + batch * -(-max_seq_len // BLOCK_SIZE), BLOCK_SIZE)

@@ -45,8 +45,8 @@ def _logits(
 ) -> "torch.Tensor":
     """Float32 logits [steps, vocab]: the prompt's prefill, then one-row decode steps of the
     same tokens (teacher-forced: both runs see the same inputs whatever they would pick)."""
-    from openjarvis.runtime.torch.paged import slots_of
-    from openjarvis.runtime.torch.runner import BLOCK_SIZE, StepInputs
+    from openjarvis.runtime.torch.paged import BLOCK_SIZE, slots_of
+    from openjarvis.runtime.torch.step_inputs import StepInputs
 
     settings = TorchSettings(
         device="cuda", max_seq_len=128, seed=5, concurrency=4, compile=False,

@@ -10,16 +10,15 @@ import torch
 
 from openjarvis.runtime.torch.core import EngineCore
 from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
-from openjarvis.runtime.torch.paged import BlockPool
-from openjarvis.runtime.torch.runner import (
-    BLOCK_SIZE,
+from openjarvis.runtime.torch.paged import BLOCK_SIZE, BlockPool
+from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
+from openjarvis.runtime.torch.step_inputs import (
     StepInputs,
     pad_prefill,
     prefill_buckets,
     prefill_graph_key,
     prefill_widths,
 )
-from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
 
 
 def test_buckets_are_powers_of_two_from_16_up_to_the_budget() -> None:

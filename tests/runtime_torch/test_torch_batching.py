@@ -14,8 +14,9 @@ pytest.importorskip("torch")
 from openjarvis.runtime.torch.config import TorchSettings
 from openjarvis.runtime.torch.core import EngineCore
 from openjarvis.runtime.torch.engine import TorchEngine
-from openjarvis.runtime.torch.runner import batch_buckets
+from openjarvis.runtime.torch.paged import BLOCK_SIZE
 from openjarvis.runtime.torch.scheduler import Step
+from openjarvis.runtime.torch.step_inputs import batch_buckets
 
 PROMPTS = [
     [5, 17, 42, 99, 3, 10, 7, 64],
@@ -210,7 +211,7 @@ def test_the_cpu_cache_takes_at_most_a_share_of_the_memory_left(
     from openjarvis.runtime.torch.model import config_for
 
     config = config_for("tiny-tp")
-    block_bytes = 2 * config.n_layers * runner.BLOCK_SIZE * config.n_kv_heads * config.head_dim * 4
+    block_bytes = 2 * config.n_layers * BLOCK_SIZE * config.n_kv_heads * config.head_dim * 4
 
     def available(blocks: int) -> None:
         memory = SimpleNamespace(available=int(blocks * block_bytes / runner._KV_MEMORY_SHARE) + 1)

@@ -14,8 +14,8 @@ from openjarvis.runtime.roofline import Bandwidth
 from openjarvis.runtime.torch.decode_roofline import device_bandwidth
 from openjarvis.runtime.torch.loop import Publish, StepCounts, StepLoop
 from openjarvis.runtime.torch.model import ModelConfig
-from openjarvis.runtime.torch.paged import BlockPool
-from openjarvis.runtime.torch.runner import BLOCK_SIZE, Runner, Spec
+from openjarvis.runtime.torch.paged import BLOCK_SIZE, BlockPool
+from openjarvis.runtime.torch.runner import Runner, Spec
 from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
 from openjarvis.runtime.types import StepLedger
 

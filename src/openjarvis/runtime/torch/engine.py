@@ -32,8 +32,9 @@ from openjarvis.runtime.torch.core_process import CoreProcess
 from openjarvis.runtime.torch.decode_roofline import DecodeRoofline
 from openjarvis.runtime.torch.loop import StepCounts
 from openjarvis.runtime.torch.model import config_for
+from openjarvis.runtime.torch.paged import BLOCK_SIZE
 from openjarvis.runtime.torch.parallel import SplitSizes, check_divisible
-from openjarvis.runtime.torch.runner import BLOCK_SIZE, Spec
+from openjarvis.runtime.torch.runner import Spec
 from openjarvis.runtime.torch.scheduler import Sequence
 from openjarvis.runtime.torch.tokenizer import GgufTokenizer
 from openjarvis.runtime.types import (

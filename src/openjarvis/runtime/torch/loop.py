@@ -13,8 +13,10 @@ from typing import Protocol
 import torch
 
 from openjarvis.errors import UserError
-from openjarvis.runtime.torch.runner import BLOCK_SIZE, Runner, StepInputs
+from openjarvis.runtime.torch.paged import BLOCK_SIZE
+from openjarvis.runtime.torch.runner import Runner
 from openjarvis.runtime.torch.scheduler import Pieces, Scheduler, Sequence, Step
+from openjarvis.runtime.torch.step_inputs import StepInputs
 from openjarvis.runtime.types import StepLedger
 
 __all__ = ["SWITCH_INTERVAL_S", "Publish", "StepCounts", "StepLoop", "switch_interval"]

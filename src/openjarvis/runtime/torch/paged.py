@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
+    "BLOCK_SIZE",
     "SCRATCH_BLOCK",
     "BlockPool",
     "Layout",
@@ -26,6 +27,7 @@ __all__ = [
 ]
 
 SCRATCH_BLOCK = 0
+BLOCK_SIZE = 16  # positions per KV block (the decode kernel needs a power of two >= 16)
 
 
 # New tokens per row up to which a step's queries each run the decode kernel as rows of their
