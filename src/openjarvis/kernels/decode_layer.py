@@ -1,47 +1,5 @@
-"""A whole decoder layer for one row (a one-sequence decode step) in five fused phases, run as
-five launches or as one persistent launch: one program per multiprocessor either way, with a
-grid-wide barrier between the phases in the persistent one.
-
-A small model's step at one row is hundreds of kernels each far too short to fill the GPU: the
-embedded Gemma 3 270M took 0.74 ms a step on an H200 against 0.13 ms of bytes, its four products
-a layer 3.7-4.9 us each for 1-5 MB (docs/benchmarks.md). Here a layer is five phases:
-
-  A  residual add of the last layer's down output (after its post norm, Gemma), the attention
-     norm, the q/k/v product;
-  B  attention over the paged cache, the keys split over the programs (flash-decoding): each
-     part norms and rotates its queries itself, the part with the newest position norms and
-     rotates the new key, scores it from registers and writes it and the value to the cache;
-     the last part of a KV head to finish (an atomic count) combines the parts, `COMBINE` of
-     them a load;
-  C  the attention-out product;
-  D  residual add (after the post-attention norm, Gemma), the MLP norm, gate and up with the
-     activation of one times the other;
-  E  the down product, left for the next layer's A (or the caller) to add.
-
-Every program recomputes a phase's norms from the whole row (a few KB from L2) instead of
-waiting for one program to; program 0 writes the residual. Between phases a barrier: each
-program adds one to the layer's counter and polls until all have. Before it waits, a program
-loads its next weight tile (weights do not depend on the phase before), so the wait hides the
-load; where a program has several tiles (`AHEAD`), it loads each next one before it multiplies
-the one it has. Data written inside the launch is read with `.cg` loads (L2, not a stale L1
-line). The programs must all be resident at once: one per multiprocessor, each fits alone.
-With five launches and programmatic dependent launch (`PDL`) the same loads come before each
-launch's wait for the last; they overlap it only where a program of each fits one
-multiprocessor together (benchmarks/kernel_resources.py says which do, without a GPU).
-
-The roundings are the model's: each value the eager model keeps in the model's dtype is rounded
-to it here too. `PHASE` > 0 runs one phase only (the barriers left out): the same code as five
-launches, which the tests also run under Triton's interpreter (it runs programs one after
-another, so a barrier would wait forever there).
-
-Measured on an H200 (benchmarks/one_row_phases.py, the embedded shape's 18 layers at 400
-positions, session 25's build): 0.474 ms as five launches a layer against 0.542 as one
-persistent launch, so the engine launches the phases (runtime/torch/one_row.py); attention is the
-longest phase (0.199 ms of 18 launches alone). The persistent launch holds its worst phase's
-registers (210 a thread on sm_90 to the phases' 64-206: benchmarks/kernel_resources.py). The
-probe before (benchmarks/persistent_probe.py: the products
-alone, 0.198 ms persistent against 0.367 as cuBLASLt launches and 0.231 as plain Triton GEMV
-launches; a barrier 0.92 us) promised more from the persistent launch than the whole layer kept.
+"""A whole decoder layer for one row (a one-sequence decode step) in five fused phases, as five
+launches or one persistent launch with grid barriers: one program per multiprocessor either way.
 """
 
 from dataclasses import dataclass
@@ -394,6 +352,40 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
     OFFSET: tl.constexpr, GLU: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr,
     EMBED: tl.constexpr,
 ):  # fmt: skip
+    """A small model's one-row step was hundreds of kernels each far too short to fill the GPU
+    (the embedded Gemma 3 270M's four products a layer took 3.7-4.9 us each for 1-5 MB on an
+    H200: docs/benchmarks.md). Here a layer is five phases:
+
+      A  residual add of the last layer's down output (after its post norm, Gemma), the
+         attention norm, the q/k/v product;
+      B  attention over the paged cache, the keys split over the programs (flash-decoding):
+         each part norms and rotates its queries itself, the part with the newest position
+         norms and rotates the new key, scores it from registers and writes it and the value to
+         the cache; the last part of a KV head to finish (an atomic count) combines the parts,
+         `COMBINE` of them a load;
+      C  the attention-out product;
+      D  residual add (after the post-attention norm, Gemma), the MLP norm, gate and up with
+         the activation of one times the other;
+      E  the down product, left for the next layer's A (or the caller) to add.
+
+    Every program recomputes a phase's norms from the whole row (a few KB from L2) instead of
+    waiting for one program to; program 0 writes the residual. Between phases a barrier: each
+    program adds one to the layer's counter and polls until all have. Before it waits, a
+    program loads its next weight tile (weights do not depend on the phase before), so the
+    wait hides the load; where a program has several tiles (`AHEAD`), it loads each next one
+    before it multiplies the one it has. Data written inside the launch is read with `.cg`
+    loads (L2, not a stale L1 line). The programs must all be resident at once: one per
+    multiprocessor, each fits alone. With five launches and programmatic dependent launch
+    (`PDL`) the same loads come before each launch's wait for the last; they overlap it only
+    where a program of each fits one multiprocessor together (benchmarks/kernel_resources.py
+    says which do, without a GPU).
+
+    The roundings are the model's: each value the eager model keeps in the model's dtype is
+    rounded to it here too. `PHASE` > 0 runs one phase only (the barriers left out): the same
+    code as five launches, which the tests also run under Triton's interpreter (it runs
+    programs one after another, so a barrier would wait forever there). Which form is faster,
+    and by how much, is measured in docs/benchmarks.md (benchmarks/one_row_phases.py).
+    """
     pid = tl.program_id(0)
     P = tl.num_programs(0)
     # Each phase waits for the one before: at the grid barrier in the persistent launch; with
