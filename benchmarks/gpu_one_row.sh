@@ -2,11 +2,12 @@
 # On the GPU test machine (docs/gpu_machine.md), in the same device call as
 # `bash benchmarks/gpu_setup.sh wheels` (random weights: no model file): the one-row layer
 # kernel's GPU tests, its phases (with programmatic dependent launch and the --sweep of warps,
-# tiles and combines), the embedded shape end to end at one sequence with it, without, and
-# with PDL, and where the model file is there, the real model's greedy tokens both ways.
+# tiles and combines), the embedded shape end to end at one sequence as the engine chooses at
+# start (`--one-row auto`: the state line gives both timings), with it, without, and with PDL,
+# and where the model file is there, the real model's greedy tokens both ways.
 #   bash benchmarks/gpu_setup.sh wheels > /dev/null && bash benchmarks/gpu_one_row.sh [PARTS]
-# PARTS: any of tests, phases, batch, wide, 8b, tokens (default: all but 8b; they may pass one
-# call's 600 s: run them in two calls). `wide`: Llama 3.2 1B's layers through the kernel (rows
+# PARTS: any of tests, phases, batch, wide, 8b, tokens (default: all but 8b; they pass one
+# call's 600 s: run "tests phases", "batch", "wide" and "8b" as calls of their own). `wide`: Llama 3.2 1B's layers through the kernel (rows
 # of 8,192, which the engine does not give it yet) against the compiled step's replay at one
 # row; `8b` the same for the Llama-3-8B shape (rows of 14,336). Each part's full output goes to
 # $OUT; a summary line each is printed.
@@ -22,8 +23,8 @@ has tests && tail -n 1 "$out/one_row_tests.txt"
 has phases && timeout 300 python3 benchmarks/one_row_phases.py --preset gemma-3-270m --context 400 --sweep \
   > "$out/one_row_phases.txt" 2>&1
 has phases && grep '^{' "$out/one_row_phases.txt"
-has batch && for flag in "" --no-one-row --one-row-pdl; do
-  name=one_row_batch${flag//-/_}
+has batch && for flag in "" "--one-row on" "--one-row off" "--one-row on --one-row-pdl"; do
+  name=one_row_batch$(tr ' -' '__' <<< "$flag")
   timeout 170 python3 benchmarks/torch_batch.py --preset gemma-3-270m --batches 1 --prompt 160 \
     $flag > "$out/$name.txt" 2>&1
   grep -E '^one-row kernel|^ +1 ' "$out/$name.txt" | head -n 2

@@ -26,15 +26,17 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--tokens", type=int, default=96)
     args = parser.parse_args()
+    from openjarvis.runtime.torch.config import OneRowChoice
     from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 
     runs: dict[str, list[list[int]]] = {}
-    for one_row in (True, False):
-        settings = TorchSettings(max_seq_len=1024, concurrency=1, one_row_kernel=one_row)
+    choices: tuple[OneRowChoice, ...] = ("on", "off")
+    for choice in choices:
+        settings = TorchSettings(max_seq_len=1024, concurrency=1, one_row_kernel=choice)
         engine = TorchEngine(args.model, settings)
         try:
             state = str(engine.settings_dict()["one_row_kernel_state"])
-            assert state.startswith("on" if one_row else "off"), state
+            assert state.startswith(choice), state
             assert engine.tokenizer is not None, "a .gguf model: its tokenizer encodes the prompts"
             tokens = [engine.tokenizer.encode(prompt) for prompt in PROMPTS]
             runs[state] = [

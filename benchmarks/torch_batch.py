@@ -114,9 +114,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument(
-        "--no-one-row",
-        action="store_true",
-        help="one-row steps by the compiled step, not the kernel",
+        "--one-row",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="one-row steps through the layer kernel: where timed faster at start (the "
+        "engine's default), always, or never (the compiled step)",
     )
     parser.add_argument(
         "--one-row-pdl",
@@ -152,7 +154,7 @@ def main() -> None:
         max_seq_len=args.max_seq_len or args.prompt + args.tokens + 16,
         concurrency=max(batches),
         compile=not args.no_compile,
-        one_row_kernel=not args.no_one_row,
+        one_row_kernel=args.one_row,
         one_row_pdl=args.one_row_pdl,
         compile_mode=args.compile_mode,
         decode_prompt_rows=args.prompt_rows,

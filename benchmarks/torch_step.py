@@ -312,9 +312,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument(
-        "--no-one-row",
-        action="store_true",
-        help="one-row steps by the compiled step, not the kernel",
+        "--one-row",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="one-row steps through the layer kernel: where timed faster at start (the "
+        "engine's default), always, or never (the compiled step)",
     )
     parser.add_argument(
         "--prompt-rows", type=int, default=0, help="prompt rows of one query beside each batch"
@@ -331,7 +333,7 @@ def main() -> None:
         max_seq_len=args.max_seq_len or args.context + 64,
         concurrency=max(batches),
         compile=not args.no_compile,
-        one_row_kernel=not args.no_one_row,
+        one_row_kernel=args.one_row,
         engine_process=False,  # the steps run from this process's runner
         decode_prompt_rows=args.prompt_rows or None,  # None: the engine's own default
     )

@@ -2,6 +2,7 @@
 on a GPU the tokens they pick against the step they replace."""
 
 import os
+import re
 
 import pytest
 
@@ -9,14 +10,16 @@ pytest.importorskip("torch")
 
 import torch
 
+from openjarvis.runtime.torch.config import OneRowChoice
 from openjarvis.runtime.torch.core import EngineCore
 from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 
 
 @pytest.mark.parametrize(
-    ("asked", "state"), [(True, "off: not on a GPU"), (False, "off: not asked for")]
+    ("asked", "state"),
+    [("auto", "off: not on a GPU"), ("on", "off: not on a GPU"), ("off", "off: not asked for")],
 )
-def test_off_the_gpu_the_engine_says_the_kernels_are_off(asked: bool, state: str) -> None:
+def test_off_the_gpu_the_engine_says_the_kernels_are_off(asked: OneRowChoice, state: str) -> None:
     settings = TorchSettings(device="cpu", max_seq_len=64, one_row_kernel=asked)
     engine = TorchEngine("tiny-llama", settings)
     try:
@@ -50,7 +53,7 @@ def _logits(
 
     settings = TorchSettings(
         device="cuda", max_seq_len=128, seed=5, concurrency=4, compile=False,
-        one_row_kernel=one_row, one_row_pdl=pdl,
+        one_row_kernel="on" if one_row else "off", one_row_pdl=pdl,
         engine_process=False,  # the runner in this process
     )  # fmt: skip
     engine = TorchEngine(preset, settings)
@@ -115,7 +118,8 @@ def test_launches_that_start_early_give_the_same_logits() -> None:
 
 def _state_after_start(preset: str) -> str:
     """The one-row state of an engine started on the GPU (the step patched by the caller),
-    after checking that its decode steps run (the compiled step, where the kernels are off)."""
+    after checking that its decode steps run (the compiled step, where the kernels are off)
+    and that a one-row graph is there exactly when the kernels are on."""
     settings = TorchSettings(
         device="cuda", max_seq_len=128, seed=5, concurrency=2, compile=False,
         engine_process=False,
@@ -123,9 +127,51 @@ def _state_after_start(preset: str) -> str:
     engine = TorchEngine(preset, settings)
     try:
         assert len(list(engine.generate_tokens([5, 6, 7], 4))) == 4
-        return str(engine.settings_dict()["one_row_kernel_state"])
+        state = str(engine.settings_dict()["one_row_kernel_state"])
+        core = engine._core
+        assert isinstance(core, EngineCore)  # engine_process=False
+        timed_off = state.startswith("off: slower")
+        assert (1 in core.runner.graphs) == (not timed_off), (state, sorted(core.runner.graphs))
+        return state
     finally:
         engine.close()
+
+
+_TIMED = r"(\d+\.\d{3}) ms a step against (\d+\.\d{3}) ms"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_auto_keeps_the_kernels_only_where_their_step_replays_faster() -> None:
+    """ "auto" (the default) times the kernels' one-row graph against the compiled step's
+    two-row graph at start; the state gives both times and keeps the faster."""
+    state = _state_after_start("tiny-gemma3")
+    timed = re.search(_TIMED, state)
+    assert timed is not None, state
+    kernel_ms, compiled_ms = (float(group) for group in timed.groups())
+    assert state.startswith("on" if kernel_ms < compiled_ms else "off: slower"), state
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_kernels_slower_than_the_compiled_step_leave_it_the_one_row_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kernels' step made slower (a spin of ~5 ms captured in its graph) loses to the
+    compiled step: the one-row graph goes and one-row steps run in the two-row graph."""
+    from openjarvis.runtime.torch import one_row
+
+    real = one_row.OneRowStep.__call__
+
+    def slowed(self: one_row.OneRowStep, *inputs: "torch.Tensor") -> "torch.Tensor":
+        torch.cuda._sleep(10_000_000)  # cycles: milliseconds at any clock
+        return real(self, *inputs)
+
+    monkeypatch.setattr(one_row.OneRowStep, "__call__", slowed)
+    state = _state_after_start("tiny-llama")
+    assert state.startswith("off: slower than the compiled step at two rows ("), state
+    timed = re.search(_TIMED, state)
+    assert timed is not None and float(timed[1]) > 2.0 > float(timed[2]), state
 
 
 @pytest.mark.gpu
@@ -189,5 +235,63 @@ def test_the_start_up_check_measures_the_kernels_against_the_model_s_step() -> N
 
             off = runner._one_row_difference(Off(runner.model, programs=5))
         assert off == pytest.approx(0.1, abs=1e-4)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(("kernel_us", "kept"), [(300.0, True), (700.0, False)])
+def test_auto_s_choice_follows_the_two_graphs_replay_times(
+    monkeypatch: pytest.MonkeyPatch, kernel_us: float, kept: bool
+) -> None:
+    """The runner's choice itself, on the CPU: graphs that only count their replays stand in
+    for the CUDA graphs, and CUDA events' timing gives each graph's own time a replay (the
+    compiled two-row graph 500 us). Both take turns over the timed context, which is undone
+    after; the loser goes, with bucket 1 where it is the kernels'."""
+    from functools import partial
+
+    from openjarvis.kernels import all_reduce
+    from openjarvis.runtime.torch.step_inputs import StepInputs
+
+    class Graph:
+        def __init__(self, us: float) -> None:
+            self.us, self.replays = us, 0
+            self.positions_seen: set[int] = set()
+
+        def replay(self) -> None:
+            self.replays += 1
+            self.positions_seen.add(int(static.positions[0, 0]))
+
+    def timed_us(work: "partial[None]") -> float:
+        graph = work.args[0]
+        before = graph.replays
+        work()
+        return graph.us * (graph.replays - before)
+
+    settings = TorchSettings(device="cpu", max_seq_len=1024, engine_process=False)
+    engine = TorchEngine("tiny-llama", settings)
+    try:
+        core = engine._core
+        assert isinstance(core, EngineCore)  # engine_process=False
+        runner = core.runner
+        zeros = torch.zeros(4, 1, dtype=torch.long)
+        static = StepInputs(True, True, zeros, zeros.clone(), zeros.clone(), zeros.int())
+        kernel, compiled = Graph(kernel_us), Graph(500.0)
+        monkeypatch.setattr(all_reduce, "timed_us", timed_us)
+        monkeypatch.setattr(runner, "static", static, raising=False)
+        monkeypatch.setattr(runner, "graphs", {1: (kernel, None), 2: (compiled, None)})
+        monkeypatch.setattr(runner, "buckets", (1, 2))
+        monkeypatch.setattr(runner, "one_row", object())
+        note = runner._time_one_row("on: 5 programs a launch")
+        assert kernel.replays == compiled.replays == 70  # 7 rounds of 10, in turns
+        assert kernel.positions_seen == compiled.positions_seen == {399}
+        assert int(static.positions.abs().sum()) == 0  # undone
+        timing = f"{kernel_us / 1e3:.3f} ms a step against 0.500 ms"
+        if kept:
+            assert note == f"on: 5 programs a launch, {timing} for the compiled step at two rows"
+            assert runner.one_row is not None and sorted(runner.graphs) == [1, 2]
+        else:
+            assert note == f"off: slower than the compiled step at two rows ({timing})"
+            assert runner.one_row is None and sorted(runner.graphs) == [2]
+            assert runner.buckets == (2,)
     finally:
         engine.close()

@@ -15,7 +15,14 @@ from torch import Tensor
 
 from openjarvis.kernels.handles import Handles
 
-__all__ = ["AllReduce", "SizeTable", "graph_call_us", "measure_size_table", "median_call_us"]
+__all__ = [
+    "AllReduce",
+    "SizeTable",
+    "graph_call_us",
+    "measure_size_table",
+    "median_call_us",
+    "timed_us",
+]
 
 Choice = Literal["auto", "nccl", "peer"]
 DEFAULT_MAX_BYTES = 4 << 20  # decode messages are KBs; prefill chunks of a few K tokens fit
@@ -155,7 +162,7 @@ def median_call_us(method: Callable[[Tensor], Tensor], source: Tensor, calls: in
     rounds = []
     for _ in range(5):
         x.copy_(source)
-        rounds.append(_timed_us(lambda: [method(x) for _ in range(calls)]) / calls)
+        rounds.append(timed_us(lambda: [method(x) for _ in range(calls)]) / calls)
     return sorted(rounds)[len(rounds) // 2]
 
 
@@ -174,11 +181,12 @@ def graph_call_us(method: Callable[[Tensor], Tensor], source: Tensor, calls: int
     replays = []
     for _ in range(7):
         x.copy_(source)
-        replays.append(_timed_us(graph.replay) / calls)
+        replays.append(timed_us(graph.replay) / calls)
     return sorted(replays)[len(replays) // 2]
 
 
-def _timed_us(work: Callable[[], object]) -> float:
+def timed_us(work: Callable[[], object]) -> float:
+    """Microseconds `work` takes on the current stream (CUDA events around it)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     work()

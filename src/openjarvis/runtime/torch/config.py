@@ -7,10 +7,11 @@ from typing import Literal
 
 import torch
 
-__all__ = ["AllReduceChoice", "FusedGemvChoice", "TorchSettings"]
+__all__ = ["AllReduceChoice", "FusedGemvChoice", "OneRowChoice", "TorchSettings"]
 
 AllReduceChoice = Literal["auto", "nccl", "peer"]
 FusedGemvChoice = Literal["auto", "on", "off"]
+OneRowChoice = Literal["auto", "on", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,8 @@ class TorchSettings:
     # Decode steps of one row through the fused layer kernel (kernels/decode_layer.py, five
     # launches a layer) where the model fits it (GPU, one process): a small model's
     # one-sequence step is otherwise hundreds of kernels each too short to fill the GPU.
-    one_row_kernel: bool = True
+    # "auto": where its steps replay faster at start than the compiled step's (at two rows).
+    one_row_kernel: OneRowChoice = "auto"
     # Each of those launches starting while the one before runs, its weights loaded before it
     # waits (programmatic dependent launch: Hopper on, Triton 3.4 on). Off until measured end to
     # end (benchmarks/gpu_one_row.sh).

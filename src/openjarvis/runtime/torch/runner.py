@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -62,6 +63,9 @@ __all__ = ["Runner", "Spec"]
 # differs by more: the tiny Gemma 3 config's step with a norm's weight offset, the q rotation,
 # the embedding scale or a post norm left out differed by 29, 15, 103 and 14 % (interpreted).
 _ONE_ROW_TOLERANCE = 0.1
+# Keys the one-row kernels and the compiled step attend over when "auto" times them at start:
+# attention is the kernels' longest phase, and 400 the context they were measured at on the H200.
+_TIMED_POSITIONS = 400
 # The KV cache takes this share of the GPU memory left free after loading the weights.
 _KV_MEMORY_SHARE = 0.8
 
@@ -145,6 +149,8 @@ class Runner:
             # The scratch block is all the capture writes.
             for bucket in reversed(self.buckets):
                 self.graphs[bucket] = self._capture(bucket)
+            if self.one_row is not None and settings.one_row_kernel == "auto":
+                self.one_row_note = self._time_one_row(self.one_row_note)
         # Prefill graphs replay the eager model (a compiled one would build a graph per bucket).
         self.prefill_graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
         self.prefill_lengths: tuple[int, ...] = ()
@@ -204,7 +210,7 @@ class Runner:
 
     def _one_row_step(self, settings: TorchSettings) -> str:
         """Set up the one-row kernels where asked for and the model fits them; what was done."""
-        if not settings.one_row_kernel:
+        if settings.one_row_kernel == "off":
             return "off: not asked for"
         if self.device.type != "cuda":
             return "off: not on a GPU"
@@ -237,6 +243,31 @@ class Runner:
         if settings.one_row_pdl:
             note += ", PDL" if pdl else ", no PDL (this Triton has no grid dependency controls)"
         return note
+
+    def _time_one_row(self, note: str) -> str:
+        """The one-row kernels' graph against the compiled step's two-row graph, replayed in
+        turns over `_TIMED_POSITIONS` keys (of the scratch block: only it is written). The
+        slower goes: the kernels, or bucket 1's graph, a row then running in bucket 2's."""
+        if 2 not in self.graphs:
+            return f"{note}; not timed (no two-row graph to time it against)"
+        from openjarvis.kernels.all_reduce import timed_us
+
+        positions = self.static.positions
+        positions[:2] = min(_TIMED_POSITIONS, self.model.config.max_seq_len) - 1
+        kernel, compiled = self.graphs[1][0], self.graphs[2][0]
+        rounds = [
+            [timed_us(partial(_replays, graph, 10)) / 10 for graph in (kernel, compiled)]
+            for _ in range(7)
+        ]
+        positions[:2] = 0
+        kernel_us, compiled_us = (sorted(column)[3] for column in zip(*rounds, strict=True))
+        timing = f"{kernel_us / 1e3:.3f} ms a step against {compiled_us / 1e3:.3f} ms"
+        if kernel_us < compiled_us:
+            return f"{note}, {timing} for the compiled step at two rows"
+        self.one_row = None
+        del self.graphs[1]
+        self.buckets = tuple(bucket for bucket in self.buckets if bucket != 1)
+        return f"off: slower than the compiled step at two rows ({timing})"
 
     def _one_row_difference(self, step: "OneRowStep") -> float:
         """The kernels' hidden state against the model's own step, at the 100th position of a
@@ -434,6 +465,11 @@ class Runner:
 
 
 _Output = TypeVar("_Output")
+
+
+def _replays(graph: torch.cuda.CUDAGraph, times: int) -> None:
+    for _ in range(times):
+        graph.replay()
 
 
 def _captured(
