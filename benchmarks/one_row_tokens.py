@@ -26,11 +26,11 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--tokens", type=int, default=96)
     args = parser.parse_args()
-    from openjarvis.runtime.torch.config import OneRowChoice
+    from openjarvis.runtime.torch.config import TimedChoice
     from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 
     runs: dict[str, list[list[int]]] = {}
-    choices: tuple[OneRowChoice, ...] = ("on", "off")
+    choices: tuple[TimedChoice, ...] = ("on", "off")
     for choice in choices:
         settings = TorchSettings(max_seq_len=1024, concurrency=1, one_row_kernel=choice)
         engine = TorchEngine(args.model, settings)

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 
 import torch
 
-from openjarvis.runtime.torch.config import OneRowChoice
+from openjarvis.runtime.torch.config import TimedChoice
 from openjarvis.runtime.torch.core import EngineCore
 from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
 
@@ -19,7 +19,7 @@ from openjarvis.runtime.torch.engine import TorchEngine, TorchSettings
     ("asked", "state"),
     [("auto", "off: not on a GPU"), ("on", "off: not on a GPU"), ("off", "off: not asked for")],
 )
-def test_off_the_gpu_the_engine_says_the_kernels_are_off(asked: OneRowChoice, state: str) -> None:
+def test_off_the_gpu_the_engine_says_the_kernels_are_off(asked: TimedChoice, state: str) -> None:
     settings = TorchSettings(device="cpu", max_seq_len=64, one_row_kernel=asked)
     engine = TorchEngine("tiny-llama", settings)
     try:

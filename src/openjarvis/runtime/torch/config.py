@@ -7,11 +7,11 @@ from typing import Literal
 
 import torch
 
-__all__ = ["AllReduceChoice", "FusedGemvChoice", "OneRowChoice", "TorchSettings"]
+__all__ = ["AllReduceChoice", "TimedChoice", "TorchSettings"]
 
 AllReduceChoice = Literal["auto", "nccl", "peer"]
-FusedGemvChoice = Literal["auto", "on", "off"]
-OneRowChoice = Literal["auto", "on", "off"]
+# A kernel the engine may use: "auto" where timed faster at start, "on" always, "off" never.
+TimedChoice = Literal["auto", "on", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +55,12 @@ class TorchSettings:
     all_reduce: AllReduceChoice = "auto"
     # One token's attention-out and MLP-down products fused with their all-reduce (our peer
     # kernel): "auto" where timed faster at start-up, per shape; needs the peer all-reduce.
-    fused_gemv: FusedGemvChoice = "auto"
+    fused_gemv: TimedChoice = "auto"
     # Decode steps of one row through the fused layer kernel (kernels/decode_layer.py, five
     # launches a layer) where the model fits it (GPU, one process): a small model's
     # one-sequence step is otherwise hundreds of kernels each too short to fill the GPU.
     # "auto": where its steps replay faster at start than the compiled step's (at two rows).
-    one_row_kernel: OneRowChoice = "auto"
+    one_row_kernel: TimedChoice = "auto"
     # Each of those launches starting while the one before runs, its weights loaded before it
     # waits (programmatic dependent launch: Hopper on, Triton 3.4 on). Off until measured end to
     # end (benchmarks/gpu_one_row.sh).
