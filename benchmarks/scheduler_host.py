@@ -9,12 +9,18 @@ advances by `--step-ms` (the delivery period depends on it). Prints the best of 
 runs, in microseconds per step. Run it at two commits to compare them (an older tree with
 `PYTHONPATH=DIR/src`), interleaved: this machine's timings drift between runs.
 
+`--chain` times the GPU engine's steady state instead: the same sequences decoding, each step
+after the first built by `continued` before the last one's tokens are known.
+
 Run: .venv/bin/python benchmarks/scheduler_host.py [--batch 64] [--steps 3000] [--step-ms 1.5]
+[--chain]
 """
 
 import argparse
 import random
 import time
+
+import torch
 
 from openjarvis.runtime.torch.paged import BLOCK_SIZE, BlockPool
 from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
@@ -64,18 +70,63 @@ def per_step_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> tup
     return build_s / steps * 1e6, record_s / steps * 1e6
 
 
+def chained_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> tuple[float, float]:
+    """The same two means for the GPU engine's steady state: the step after each one built by
+    `continued` (decided before its tokens are known, each row's token on the device) while
+    the same `batch` sequences decode, none ending."""
+    rng = random.Random(0)
+    max_seq_len = prompt + steps + 2
+    pool = BlockPool(1 + batch * -(-max_seq_len // BLOCK_SIZE), BLOCK_SIZE)
+    scheduler = Scheduler(pool, batch, 2048, max_seq_len)
+    for _ in range(batch):
+        prompt_tokens = [rng.randrange(1000) for _ in range(prompt)]
+        scheduler.add(Sequence(prompt_tokens, steps + 2, frozenset()))
+    scheduler._admit()
+    for sequence in scheduler.running:
+        sequence.cached = sequence.scheduled = prompt
+        sequence.output.append(1)
+    step = scheduler.next_step()
+    assert step is not None
+    now_s = build_s = record_s = 0.0
+    for _ in range(steps):
+        started = time.perf_counter()
+        chained = scheduler.continued(step)
+        assert chained is not None, "nothing ends or waits: every step continues the last"
+        after, kept = chained
+        StepInputs.of(after, BLOCK_SIZE, torch.zeros(len(kept), 1, dtype=torch.long))
+        built = time.perf_counter()
+        now_s += step_s
+        scheduler.finish_step(step, [7] * len(step.rows), now_s - step_s, now_s)
+        scheduler.deliver(now_s)
+        build_s += built - started
+        record_s += time.perf_counter() - built
+        for row in step.rows:
+            outbox = row.sequence.outbox
+            while not outbox.empty():
+                outbox.get_nowait()
+        step = after
+    return build_s / steps * 1e6, record_s / steps * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--step-ms", type=float, default=1.5)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--chain",
+        action="store_true",
+        help="the GPU engine's steady state: each step built by `continued`, no sequence ending",
+    )
     args = parser.parse_args()
-    runs = [per_step_us(args.batch, args.steps, args.step_ms / 1e3) for _ in range(args.repeats)]
+    run = chained_us if args.chain else per_step_us
+    runs = [run(args.batch, args.steps, args.step_ms / 1e3) for _ in range(args.repeats)]
     build, record = min(build for build, _ in runs), min(record for _, record in runs)
+    built = "continued" if args.chain else "next_step"
     print(
         f"{args.batch} decoding sequences, us a step (best of {args.repeats}): "
-        f"next_step + StepInputs.of {build:.1f}, finish_step + deliver {record:.1f}"
+        f"{built} + StepInputs.of {build:.1f}, finish_step + deliver {record:.1f}"
     )
 
 
