@@ -23,10 +23,24 @@ import time
 import torch
 
 from openjarvis.runtime.torch.paged import BLOCK_SIZE, BlockPool
-from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
+from openjarvis.runtime.torch.scheduler import Scheduler, Sequence, Step
 from openjarvis.runtime.torch.step_inputs import StepInputs
 
 __all__: list[str] = []
+
+
+def _recorded_s(scheduler: Scheduler, step: Step, end_s: float, step_s: float) -> float:
+    """Seconds of recording `step`, which ended at `end_s` (finish_step + deliver); then the
+    consumers take what they were handed (not timed)."""
+    started = time.perf_counter()
+    scheduler.finish_step(step, [7] * len(step.rows), end_s - step_s, end_s)
+    scheduler.deliver(end_s)
+    spent = time.perf_counter() - started
+    for row in step.rows:
+        outbox = row.sequence.outbox
+        while not outbox.empty():
+            outbox.get_nowait()
+    return spent
 
 
 def per_step_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> tuple[float, float]:
@@ -56,16 +70,9 @@ def per_step_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> tup
         step = scheduler.next_step()
         assert step is not None and step.kind == "decode"
         StepInputs.of(step, BLOCK_SIZE)
-        built = time.perf_counter()
+        build_s += time.perf_counter() - started
         now_s += step_s
-        scheduler.finish_step(step, [7] * len(step.rows), now_s - step_s, now_s)
-        scheduler.deliver(now_s)
-        build_s += built - started
-        record_s += time.perf_counter() - built
-        for row in step.rows:  # the consumers take what they were handed
-            outbox = row.sequence.outbox
-            while not outbox.empty():
-                outbox.get_nowait()
+        record_s += _recorded_s(scheduler, step, now_s, step_s)
         top_up()
     return build_s / steps * 1e6, record_s / steps * 1e6
 
@@ -94,16 +101,9 @@ def chained_us(batch: int, steps: int, step_s: float, prompt: int = 160) -> tupl
         assert chained is not None, "nothing ends or waits: every step continues the last"
         after, kept = chained
         StepInputs.of(after, BLOCK_SIZE, torch.zeros(len(kept), 1, dtype=torch.long))
-        built = time.perf_counter()
+        build_s += time.perf_counter() - started
         now_s += step_s
-        scheduler.finish_step(step, [7] * len(step.rows), now_s - step_s, now_s)
-        scheduler.deliver(now_s)
-        build_s += built - started
-        record_s += time.perf_counter() - built
-        for row in step.rows:
-            outbox = row.sequence.outbox
-            while not outbox.empty():
-                outbox.get_nowait()
+        record_s += _recorded_s(scheduler, step, now_s, step_s)
         step = after
     return build_s / steps * 1e6, record_s / steps * 1e6
 
