@@ -149,7 +149,8 @@ def test_auto_keeps_the_kernels_only_where_their_step_replays_faster() -> None:
     timed = re.search(_TIMED, state)
     assert timed is not None, state
     kernel_ms, compiled_ms = (float(group) for group in timed.groups())
-    assert state.startswith("on" if kernel_ms < compiled_ms else "off: slower"), state
+    if kernel_ms != compiled_ms:  # equal as printed: either may have won
+        assert state.startswith("on" if kernel_ms < compiled_ms else "off: slower"), state
 
 
 @pytest.mark.gpu
