@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from torch_step import add_one_row_option, diagnose  # this folder is on the path
 
 if TYPE_CHECKING:
     from openjarvis.runtime.torch.engine import TorchEngine
@@ -113,13 +114,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument(
-        "--one-row",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="one-row steps through the layer kernel: where timed faster at start (the "
-        "engine's default), always, or never (the compiled step)",
-    )
+    add_one_row_option(parser)
     parser.add_argument(
         "--one-row-pdl",
         action="store_true",
@@ -210,8 +205,6 @@ def main() -> None:
     for row in results:
         print(f"{row['batch']:5d}  steps: {row['steps']}")
     if args.diagnose:
-        from torch_step import diagnose  # this folder is on the path when run as a script
-
         batches = [int(b) for b in args.diagnose.split(",")]
         diagnose(engine, batches, args.prompt + args.tokens // 2, steps=50)
     if args.out:

@@ -5,8 +5,9 @@ For each batch size B it times, on one engine (random bf16 weights of a preset):
   (the GPU's time per step, launches hidden);
 - `replay + pick`: the same with each step's argmax read back by the host before the next
   (the engine's pattern before its decode steps were chained: the host waits for every step);
-- `host`: the Python work of one step on this CPU with the GPU out of the picture: building the
-  step's inputs from B sequences (`StepInputs.of`) and recording the step (`finish_step`);
+- `host`: the Python work of one step on this CPU with the GPU out of the picture, in the
+  engine's steady state (scheduler_host.py --chain): building the next step from B sequences
+  (`continued`, `StepInputs.of`) and recording the last (`finish_step`, `deliver`);
 - the GPU kernels of one replayed step (torch.profiler), grouped by name, with the bytes the
   step must read over the measured copy bandwidth (the roofline) beside them;
 - the weight products alone at M = B (torch.mm on the layer's shapes, separate and fused),
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
+from scheduler_host import chained_us  # this folder is on the path
 
 if TYPE_CHECKING:
     from openjarvis.runtime.torch.engine import TorchEngine
@@ -50,9 +52,20 @@ def _runner(engine: "TorchEngine") -> "Runner":
     return core.runner
 
 
+def add_one_row_option(parser: argparse.ArgumentParser) -> None:
+    """`--one-row`: the engine's `one_row_kernel` setting (torch_batch.py's too)."""
+    parser.add_argument(
+        "--one-row",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="one-row steps through the layer kernel: where timed faster at start (the "
+        "engine's default), always, or never (the compiled step)",
+    )
+
+
 def decode_inputs(runner: "Runner", batch: int, context: int) -> "StepInputs":
     """A decode step of `batch` rows, each at position `context` with its own blocks."""
-    from openjarvis.runtime.torch.paged import BLOCK_SIZE
+    from openjarvis.runtime.torch.paged import BLOCK_SIZE, slots_of
     from openjarvis.runtime.torch.step_inputs import StepInputs
 
     blocks_per_row = -(-(context + 1) // BLOCK_SIZE)
@@ -63,7 +76,7 @@ def decode_inputs(runner: "Runner", batch: int, context: int) -> "StepInputs":
         first = 1 + row * blocks_per_row
         tables[row, :blocks_per_row] = torch.arange(first, first + blocks_per_row)
     positions = torch.full((batch, 1), context, dtype=torch.long)
-    slots = tables[:, context // BLOCK_SIZE, None].long() * BLOCK_SIZE + context % BLOCK_SIZE
+    slots = slots_of(tables, positions, BLOCK_SIZE)
     tokens = torch.randint(0, runner.model.config.vocab_size, (batch, 1))
     return StepInputs(True, True, tokens, positions, slots, tables)
 
@@ -189,35 +202,11 @@ def time_replay(runner: "Runner", inputs: "StepInputs", steps: int, pick: bool) 
     return (time.perf_counter() - start) / steps * 1e3
 
 
-def time_host(engine: "TorchEngine", batch: int, context: int, steps: int) -> dict[str, float]:
-    """Milliseconds of Python per step: the step's inputs (its rows and their tensors), and
-    recording its tokens."""
-    from openjarvis.runtime.torch.paged import BLOCK_SIZE, BlockPool
-    from openjarvis.runtime.torch.scheduler import Scheduler, Sequence
-    from openjarvis.runtime.torch.step_inputs import StepInputs
-
-    max_seq_len = context + 2 * steps + 8
-    pool = BlockPool(1 + batch * -(-max_seq_len // BLOCK_SIZE), BLOCK_SIZE)
-    scheduler = Scheduler(pool, batch, 2048, max_seq_len)
-    for _ in range(batch):
-        sequence = Sequence(list(range(context)), 2 * steps + 4, frozenset())
-        sequence.output.append(1)
-        scheduler.add(sequence)
-    scheduler._admit()
-    for sequence in scheduler.running:  # the prompts in the cache (admission counts its hits)
-        sequence.cached = sequence.scheduled = context
-    build = record = 0.0
-    for _ in range(steps):
-        start = time.perf_counter()
-        step = scheduler.next_step()  # the step's rows, then its tensors
-        assert step is not None and step.kind == "decode" and len(step.rows) == batch
-        StepInputs.of(step, BLOCK_SIZE)
-        built = time.perf_counter()
-        scheduler.finish_step(step, [7] * batch, start, built)
-        scheduler.deliver()
-        record += time.perf_counter() - built
-        build += built - start
-    return {"inputs_ms": build / steps * 1e3, "finish_ms": record / steps * 1e3}
+def host_ms(batch: int, context: int, steps: int) -> dict[str, float]:
+    """Milliseconds of Python per step in the engine's steady state (scheduler_host.py
+    --chain): building the next step, and recording the last one's tokens."""
+    build_us, record_us = chained_us(batch, steps, 1.5e-3, prompt=context)
+    return {"inputs_ms": build_us / 1e3, "finish_ms": record_us / 1e3}
 
 
 def kernel_table(
@@ -289,7 +278,7 @@ def diagnose(
             "roofline_ms": step_bytes / bandwidth * 1e3,
             "replay_ms": time_replay(runner, inputs, steps, pick=False),
             "replay_pick_ms": time_replay(runner, inputs, steps, pick=True),
-            **time_host(engine, batch, context, steps),
+            **host_ms(batch, context, steps),
         }
         gpu_ms, kernels = kernel_table(runner, inputs, 10)
         summary["kernels_ms"] = gpu_ms
@@ -311,13 +300,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=640)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument(
-        "--one-row",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="one-row steps through the layer kernel: where timed faster at start (the "
-        "engine's default), always, or never (the compiled step)",
-    )
+    add_one_row_option(parser)
     parser.add_argument(
         "--prompt-rows", type=int, default=0, help="prompt rows of one query beside each batch"
     )
