@@ -161,3 +161,29 @@ def test_attention_parts_and_tiles_several_a_program_give_the_same_step(
     tokens = torch.randint(0, model.config.vocab_size, (1, 101), device=device)  # 100 cached
     got, expected, _, _ = _against_the_model(model, tokens, table, OneRowStep(model, programs))
     torch.testing.assert_close(got, expected, **_tolerance(dtype))
+
+
+@pytest.mark.parametrize("preset", ["llama-3.2-1b", "llama-3-8b"])
+def test_wide_rows_several_tiles_a_program_give_the_models_hidden_state(preset: str) -> None:
+    """Two layers of a real shape whose rows (8,192 and 14,336 features) leave each program
+    a few rows a tile and several tiles a phase, as the engine runs them (five launches, then
+    with programmatic dependent launch): the model's hidden state and cache. GPU only: the
+    interpreter takes minutes a layer at these sizes."""
+    from openjarvis.kernels.decode_layer import gdc_wait
+    from openjarvis.runtime.torch.one_row import OneRowStep, supported
+
+    if kernel_device() != "cuda":
+        pytest.skip("a real shape's layers: GPU only")
+    config = replace(config_for(preset), n_layers=2, vocab_size=512, max_seq_len=256)
+    model = _model(config, "cuda", torch.bfloat16)
+    assert supported(model) is None
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    table = torch.arange(1, 9, dtype=torch.int32, device="cuda").view(1, -1)
+    generator = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, config.vocab_size, (1, 101), generator=generator).to("cuda")
+    for pdl in (False, True) if gdc_wait is not None else (False,):
+        step = OneRowStep(model, programs, pdl=pdl)
+        got, expected, got_caches, expected_caches = _against_the_model(model, tokens, table, step)
+        torch.testing.assert_close(got, expected, **_tolerance(torch.bfloat16))
+        for got_cache, expected_cache in zip(got_caches, expected_caches, strict=True):
+            torch.testing.assert_close(got_cache, expected_cache, **_tolerance(torch.bfloat16))

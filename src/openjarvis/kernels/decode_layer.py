@@ -460,10 +460,10 @@ _COMBINE = 1
 _WARPS = 8  # warps a program of the other phases
 _ATTENTION_WARPS = 8  # warps a program of attention (phase B)
 _MOST_TILE = 32_768  # weight elements a program's tile holds at most (registers)
-# The longest weight row taken (padded): measured only on the embedded Gemma 3 270M's (2,048).
-# Wider rows leave a program tiles of a few rows, several a phase: 1B shapes (Llama 3.2's
-# 8,192, Gemma 3's 6,912) wait for one_row_phases.py --preset llama-3.2-1b.
-_WIDEST = 4_096
+# The longest weight row taken (padded). On an H200 (2026-12-05) the layers of Llama 3.2 1B
+# (rows of 8,192) and the Llama-3-8B shape (14,336) ran faster through the kernel than the
+# compiled step at one row (benchmarks/one_row_phases.py); the engine times both at start.
+_WIDEST = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,7 +573,7 @@ def launch_constants(
 
 def supports(*, dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int) -> bool:
     """Whether the kernel takes this shape: heads of a power of two from 16, and weight rows
-    of at most 4,096 (padded; a program holds a whole row of each tile in its registers)."""
+    of at most 16,384 (padded; a program holds a whole row of each tile in its registers)."""
     if head_dim < 16 or head_dim & (head_dim - 1) or heads % kv_heads:
         return False
     widest = max(dim, heads * head_dim, hidden)
