@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from openjarvis.kernels.decode_layer import _barrier, _tile, _vector
+from openjarvis.kernels.decode_parts import grid_barrier, vector, weight_tile
 from openjarvis.runtime.torch.model import config_for
 from openjarvis.runtime.torch.runner import _captured
 
@@ -47,18 +47,18 @@ def _phase(  # type: ignore[no-untyped-def]  # a Triton function: triton types i
     """out[N] = w[N, K] @ x[K], tiles of BLOCK_N features over the programs, after the barrier."""
     tiles = tl.cdiv(N, BLOCK_N)
     if PREFETCH:
-        first = _tile(w, pid, N, K, KP, BLOCK_N)
-    _barrier(bar, target)
+        first = weight_tile(w, pid, N, K, KP, BLOCK_N)
+    grid_barrier(bar, target)
     if pid < tiles:
         if not PREFETCH:
-            first = _tile(w, pid, N, K, KP, BLOCK_N)
-        row = _vector(x, K, KP)
+            first = weight_tile(w, pid, N, K, KP, BLOCK_N)
+        row = vector(x, K, KP)
         value = tl.sum(first.to(tl.float32) * row[None, :], axis=1)
         n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         tl.store(out + n, value.to(tl.bfloat16), mask=n < N)
     for t in range(pid + P, tiles, P):
-        tile = _tile(w, t, N, K, KP, BLOCK_N)
-        row = _vector(x, K, KP)
+        tile = weight_tile(w, t, N, K, KP, BLOCK_N)
+        row = vector(x, K, KP)
         value = tl.sum(tile.to(tl.float32) * row[None, :], axis=1)
         n = t * BLOCK_N + tl.arange(0, BLOCK_N)
         tl.store(out + n, value.to(tl.bfloat16), mask=n < N)
@@ -91,7 +91,7 @@ def _layers_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton t
             PREFETCH,
         )
         # Stand-in for attention: a barrier, then each program copies a slice of q.
-        _barrier(bar, base + 2 * P)
+        grid_barrier(bar, base + 2 * P)
         k = pid * 16 + tl.arange(0, 16)
         tl.store(attended + k, tl.load(qkv + k, mask=k < ATT), mask=k < ATT)
         _phase(
@@ -142,7 +142,7 @@ def _layers_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton t
 def _barriers_kernel(bar, COUNT: tl.constexpr):  # type: ignore[no-untyped-def]  # a Triton kernel: triton types its arguments at launch
     P = tl.num_programs(0)
     for i in range(COUNT):
-        _barrier(bar, (i + 1) * P)
+        grid_barrier(bar, (i + 1) * P)
 
 
 @triton.jit
@@ -150,8 +150,8 @@ def _gemv_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: triton typ
     w, x, out, N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr
 ):
     pid = tl.program_id(0)
-    tile = _tile(w, pid, N, K, KP, BLOCK_N)
-    row = _vector(x, K, KP)
+    tile = weight_tile(w, pid, N, K, KP, BLOCK_N)
+    row = vector(x, K, KP)
     value = tl.sum(tile.to(tl.float32) * row[None, :], axis=1)
     n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     tl.store(out + n, value.to(tl.bfloat16), mask=n < N)

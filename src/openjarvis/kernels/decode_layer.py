@@ -9,12 +9,16 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from openjarvis.kernels.decode_attention import attention
+from openjarvis.kernels.decode_parts import (
+    gdc_launch_dependents,
+    gdc_wait,
+    phase_wait,
+    rounded,
+    vector,
+    weight_tile,
+)
 from openjarvis.kernels.rope_kv import norm_weighted
-
-try:  # programmatic dependent launch's grid controls (Hopper on; Triton 3.4 on)
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:  # pragma: no cover - an older Triton: `pdl` is refused
-    gdc_launch_dependents = gdc_wait = None
 
 __all__ = [
     "PHASES",
@@ -22,6 +26,7 @@ __all__ = [
     "LayerTensors",
     "decode_layer",
     "final_norm",
+    "gdc_wait",
     "launch_constants",
     "supports",
     "warps",
@@ -31,61 +36,16 @@ PHASES = 5
 
 
 @triton.jit
-def _round(x, like):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    """float32 values rounded to the dtype `like` points to, and back: a value the eager model
-    keeps in its dtype."""
-    return x.to(like.dtype.element_ty).to(tl.float32)
-
-
-@triton.jit
-def _barrier(bar, target):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    """Wait until `target` arrivals at the counter `bar`, after adding this program's."""
-    tl.debug_barrier()  # every thread's stores before the arrival (released with it)
-    tl.atomic_add(bar, 1, sem="release", scope="gpu")
-    count = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
-    while count < target:
-        count = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
-
-
-@triton.jit
-def _wait(bar, target, WAIT: tl.constexpr):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    """How a phase waits for the one before it: 0 not at all (a launch of its own, after the
-    last), 1 at the grid barrier (the persistent launch), 2 for the previous launch to end
-    (programmatic dependent launch: this launch started while that one ran)."""
-    if WAIT == 1:
-        _barrier(bar, target)
-    elif WAIT == 2:
-        gdc_wait()
-
-
-@triton.jit
-def _vector(ptr, K: tl.constexpr, KP: tl.constexpr):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    """ptr[0:K] in float32, [KP] (zeros past K), read from L2 (written in this launch)."""
-    k = tl.arange(0, KP)
-    return tl.load(ptr + k, mask=k < K, other=0.0, cache_modifier=".cg").to(tl.float32)
-
-
-@triton.jit
-def _tile(w, t, N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr):  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    """Rows t * BLOCK_N ... of the weight w [N, K]: [BLOCK_N, KP], zeros outside."""
-    n = t * BLOCK_N + tl.arange(0, BLOCK_N)
-    k = tl.arange(0, KP)
-    mask = (n < N)[:, None] & (k < K)[None, :]
-    return tl.load(w + n[:, None] * K + k[None, :], mask=mask, other=0.0)
-
-
-@triton.jit
 def _tiles(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
     w, t, N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK_N: tl.constexpr,
     GLU: tl.constexpr,
 ):  # fmt: skip
     """Tile t of w, and with GLU (w is [gate; up], [2 N, K]) the same rows of up; without, the
     tile again."""
-    tile = _tile(w, t, N, K, KP, BLOCK_N)
+    tile = weight_tile(w, t, N, K, KP, BLOCK_N)
     up = tile
     if GLU != 0:
-        up = _tile(w + N * K, t, N, K, KP, BLOCK_N)
+        up = weight_tile(w + N * K, t, N, K, KP, BLOCK_N)
     return tile, up
 
 
@@ -99,19 +59,19 @@ def _residual_norm(  # type: ignore[no-untyped-def]  # a Triton function: triton
     its pre norm: float32 [DIM_P] each."""
     k = tl.arange(0, DIM_P)
     inside = k < DIM
-    value = _vector(x_ptr, DIM, DIM_P)
+    value = vector(x_ptr, DIM, DIM_P)
     if SCALED:
-        value = _round(value * x_scale, x_ptr)
+        value = rounded(value * x_scale, x_ptr)
     if HAS_PENDING:
-        extra = _vector(pending_ptr, DIM, DIM_P)
+        extra = vector(pending_ptr, DIM, DIM_P)
         if POST_NORM:
             rstd = tl.rsqrt(tl.sum(extra * extra, axis=0) / DIM + eps)
             weight = tl.load(post_ptr + k, mask=inside, other=0.0)
-            extra = _round(norm_weighted(extra * rstd, weight, OFFSET), x_ptr)
-        value = _round(value + extra, x_ptr)
+            extra = rounded(norm_weighted(extra * rstd, weight, OFFSET), x_ptr)
+        value = rounded(value + extra, x_ptr)
     rstd = tl.rsqrt(tl.sum(value * value, axis=0) / DIM + eps)
     weight = tl.load(pre_ptr + k, mask=inside, other=0.0)
-    return value, _round(norm_weighted(value * rstd, weight, OFFSET), x_ptr)
+    return value, rounded(norm_weighted(value * rstd, weight, OFFSET), x_ptr)
 
 
 @triton.jit
@@ -133,14 +93,14 @@ def _products(  # type: ignore[no-untyped-def]  # a Triton function: triton type
             tile, up_tile = _tiles(w, t, N, K, KP, BLOCK_N, GLU)
         result = tl.sum(tile.to(tl.float32) * row[None, :], axis=1)
         if GLU != 0:
-            gate = _round(result, out)
-            up = _round(tl.sum(up_tile.to(tl.float32) * row[None, :], axis=1), out)
+            gate = rounded(result, out)
+            up = rounded(tl.sum(up_tile.to(tl.float32) * row[None, :], axis=1), out)
             if GLU == 1:
                 active = gate * tl.sigmoid(gate)
             else:  # tanh-approximated gelu: 0.5 (1 + tanh(z)) is sigmoid(2 z)
                 z = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)  # sqrt(2 / pi)
                 active = gate * tl.sigmoid(2.0 * z)
-            result = _round(active, out) * up
+            result = rounded(active, out) * up
         n = t * BLOCK_N + tl.arange(0, BLOCK_N)
         tl.store(out + n, result.to(out.dtype.element_ty), mask=n < N)
         if AHEAD:
@@ -154,178 +114,11 @@ def _plain_products(  # type: ignore[no-untyped-def]  # a Triton function: trito
     AHEAD: tl.constexpr,
 ):  # fmt: skip
     """out = w @ row (a vector written by the phase before): the first tile loaded, then the
-    wait (`_wait`), then the row and the products."""
-    first = _tile(w, pid, N, K, KP, BLOCK_N)
-    _wait(bar, target, WAIT)
-    row = _vector(row_ptr, K, KP)
+    wait (`phase_wait`), then the row and the products."""
+    first = weight_tile(w, pid, N, K, KP, BLOCK_N)
+    phase_wait(bar, target, WAIT)
+    row = vector(row_ptr, K, KP)
     _products(w, row, out, first, first, pid, P, N, K, KP, BLOCK_N, 0, AHEAD)
-
-
-@triton.jit
-def _head_rows(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    qkv, first_head, count, weight_ptr, cos, sin, eps,
-    ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, NORM: tl.constexpr, OFFSET: tl.constexpr,
-):  # fmt: skip
-    """Heads first_head .. first_head + count - 1 of the q/k/v row, normed (NORM) and rotated,
-    rounded to the model's dtype: float32 [ROWS, HEAD_DIM], zeros past `count`. cos and sin:
-    the position's RoPE rows ([HEAD_DIM], the rotation's signs folded in)."""
-    head = tl.arange(0, ROWS)[:, None]
-    column = tl.arange(0, HEAD_DIM)[None, :]
-    partner = (column + HEAD_DIM // 2) % HEAD_DIM
-    inside = (head < count) & (column < HEAD_DIM)
-    base = qkv + (first_head + head) * HEAD_DIM
-    x = tl.load(base + column, mask=inside, other=0.0, cache_modifier=".cg").to(tl.float32)
-    swapped = tl.load(base + partner, mask=inside, other=0.0, cache_modifier=".cg")
-    swapped = swapped.to(tl.float32)
-    if NORM:
-        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
-        weight = tl.load(weight_ptr + column)
-        weight_swapped = tl.load(weight_ptr + partner)
-        x = _round(norm_weighted(x * rstd, weight, OFFSET), qkv)
-        swapped = _round(norm_weighted(swapped * rstd, weight_swapped, OFFSET), qkv)
-    return _round(x * cos[None, :] + swapped * sin[None, :], qkv)
-
-
-@triton.jit
-def _kv_tile(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    table, k_cache, v_cache, start, bound, kv_head,
-    KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr,
-):  # fmt: skip
-    """Keys and values at positions start .. start + TILE - 1 below `bound`, through the
-    table: [TILE, HEAD_DIM] each, zeros past `bound`."""
-    keys = start + tl.arange(0, TILE)
-    seen = keys < bound
-    block = tl.load(table + keys // BLOCK, mask=seen, other=0).to(tl.int64)
-    where = ((block * BLOCK + keys % BLOCK) * KV_HEADS + kv_head) * HEAD_DIM
-    where = where[:, None] + tl.arange(0, HEAD_DIM)[None, :]
-    k = tl.load(k_cache + where, mask=seen[:, None], other=0.0)
-    v = tl.load(v_cache + where, mask=seen[:, None], other=0.0)
-    return k, v
-
-
-@triton.jit
-def _combine(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    best_ptr, total_ptr, acc_ptr, attended, kv_head, used,
-    GROUP: tl.constexpr, GROUP_P: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr,
-    COMBINE: tl.constexpr,
-):  # fmt: skip
-    """A KV head's parts 0 .. used - 1 rescaled to their common max and summed, COMBINE parts a
-    load (the loads of one go in flight together; each load waits for the last): its query
-    heads' attention rows, written to `attended`."""
-    queries = tl.arange(0, GROUP_P)
-    real = queries < GROUP  # GROUP_P pads to a power of two
-    parts = tl.arange(0, COMBINE)[:, None]
-    dims = tl.arange(0, HEAD_DIM)
-    top = tl.full([GROUP_P], float("-inf"), tl.float32)
-    total = tl.zeros([GROUP_P], tl.float32)
-    acc = tl.zeros([GROUP_P, HEAD_DIM], tl.float32)
-    for start in range(0, used, COMBINE):
-        part = start + parts
-        inside = (part < used) & real[None, :]  # [COMBINE, GROUP_P]
-        rows = (kv_head * SPLITS + part) * GROUP + queries[None, :]
-        # Parts past `used` weigh exp(-inf) = 0; padding rows go NaN, and are never stored.
-        best = tl.load(best_ptr + rows, mask=inside, other=float("-inf"), cache_modifier=".cg")
-        part_total = tl.load(total_ptr + rows, mask=inside, other=0.0, cache_modifier=".cg")
-        part_acc = tl.load(
-            acc_ptr + rows[:, :, None] * HEAD_DIM + dims[None, None, :], mask=inside[:, :, None],
-            other=0.0, cache_modifier=".cg",
-        )  # fmt: skip
-        new_top = tl.maximum(top, tl.max(best, axis=0))  # each load has a part: finite
-        old, this = tl.exp(top - new_top), tl.exp(best - new_top[None, :])
-        total = total * old + tl.sum(part_total * this, axis=0)
-        acc = acc * old[:, None] + tl.sum(part_acc * this[:, :, None], axis=0)
-        top = new_top
-    out = acc / total[:, None]
-    place = attended + (kv_head * GROUP + queries)[:, None] * HEAD_DIM + dims[None, :]
-    tl.store(place, out.to(attended.dtype.element_ty), mask=real[:, None])
-
-
-@triton.jit
-def _attention(  # type: ignore[no-untyped-def]  # a Triton function: triton types its arguments at launch
-    qkv, position, slot_ptr, table, k_cache, v_cache, cos_ptr, sin_ptr, q_norm, k_norm,
-    best_ptr, total_ptr, acc_ptr, arrivals, attended, scale, eps, window, pid, bar, target,
-    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_P: tl.constexpr,
-    QUERIES: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr,
-    SPLITS: tl.constexpr, COMBINE: tl.constexpr, NORM: tl.constexpr, OFFSET: tl.constexpr,
-    WAIT: tl.constexpr,
-):  # fmt: skip
-    """Phase B: the row's attention, program i the part i % SPLITS of KV head i // SPLITS
-    (parts of whole tiles, as many as the keys need). Its first tile of cached keys and values
-    is loaded before the wait (`_wait`): they do not depend on the phase before."""
-    context = position + 1  # the newest key (this row's) is at `position`
-    first = tl.where(window > 0, tl.maximum(context - window, 0), 0)
-    part = tl.cdiv(tl.cdiv(context - first, SPLITS), TILE) * TILE
-    used = tl.cdiv(context - first, part)
-    kv_head = pid // SPLITS
-    split = pid % SPLITS
-    low = first + split * part
-    high = tl.minimum(low + part, context)
-    bound = tl.minimum(high, position)  # the cached keys; the newest is not in the cache yet
-    k_first, v_first = _kv_tile(
-        table, k_cache, v_cache, low, bound, kv_head, KV_HEADS, HEAD_DIM, BLOCK, TILE
-    )
-    _wait(bar, target, WAIT)
-    works = (kv_head < KV_HEADS) & (split < used)
-    if works:
-        dims = tl.arange(0, HEAD_DIM)
-        queries = tl.arange(0, QUERIES)
-        cos = tl.load(cos_ptr + position * HEAD_DIM + dims)
-        sin = tl.load(sin_ptr + position * HEAD_DIM + dims)
-        q = _head_rows(
-            qkv, kv_head * GROUP, GROUP, q_norm, cos, sin, eps, QUERIES, HEAD_DIM, NORM, OFFSET
-        )
-        q = _round(q * scale, qkv).to(k_cache.dtype.element_ty)
-        best = tl.full([QUERIES], float("-inf"), tl.float32)
-        total = tl.zeros([QUERIES], tl.float32)
-        acc = tl.zeros([QUERIES, HEAD_DIM], tl.float32)
-        for start in range(low, bound, TILE):
-            if start == low:
-                k, v = k_first, v_first
-            else:
-                k, v = _kv_tile(
-                    table, k_cache, v_cache, start, bound, kv_head, KV_HEADS, HEAD_DIM, BLOCK,
-                    TILE,
-                )  # fmt: skip
-            seen = (start + tl.arange(0, TILE)) < bound
-            scores = tl.dot(q, tl.trans(k))  # [QUERIES, TILE] float32
-            scores = tl.where(seen[None, :], scores, float("-inf"))
-            new_best = tl.maximum(best, tl.max(scores, axis=1))
-            rescale = tl.exp(best - new_best)
-            p = tl.exp(scores - new_best[:, None])
-            total = total * rescale + tl.sum(p, axis=1)
-            acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
-            best = new_best
-        if high == context:  # the newest key, from this step's q/k/v row
-            key = _head_rows(
-                qkv, HEADS + kv_head, 1, k_norm, cos, sin, eps, 1, HEAD_DIM, NORM, OFFSET
-            )
-            value_row = qkv + (HEADS + KV_HEADS + kv_head) * HEAD_DIM
-            value = tl.load(value_row + dims, cache_modifier=".cg").to(tl.float32)
-            slot = tl.load(slot_ptr).to(tl.int64)
-            place = (slot * KV_HEADS + kv_head) * HEAD_DIM + dims
-            tl.store(k_cache + place[None, :], key.to(k_cache.dtype.element_ty))
-            tl.store(v_cache + place, value.to(v_cache.dtype.element_ty))
-            score = tl.sum(q.to(tl.float32) * key, axis=1)  # [QUERIES]
-            new_best = tl.maximum(best, score)
-            rescale = tl.exp(best - new_best)
-            p = tl.exp(score - new_best)
-            total = total * rescale + p
-            acc = acc * rescale[:, None] + _round(p, v_cache)[:, None] * value[None, :]
-            best = new_best
-        real = queries < GROUP  # the group's heads; the rest pad tl.dot's rows
-        rows = (kv_head * SPLITS + split) * GROUP + queries
-        tl.store(best_ptr + rows, best, mask=real)
-        tl.store(total_ptr + rows, total, mask=real)
-        tl.store(acc_ptr + rows[:, None] * HEAD_DIM + dims[None, :], acc, mask=real[:, None])
-        # The last part of this KV head to arrive combines them (the count starts at 0).
-        tl.debug_barrier()
-        arrived = tl.atomic_add(arrivals + kv_head, 1, sem="acq_rel", scope="gpu")
-        if arrived == used - 1:
-            _combine(
-                best_ptr, total_ptr, acc_ptr, attended, kv_head, used, GROUP, GROUP_P, HEAD_DIM,
-                SPLITS, COMBINE,
-            )  # fmt: skip
-            tl.store(arrivals + kv_head, 0)
 
 
 @triton.jit
@@ -399,8 +192,8 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
     ATT = HEADS * HEAD_DIM
     position = tl.load(position_ptr).to(tl.int64)
     if PHASE == 0 or PHASE == 1:
-        first = _tile(wqkv, pid, QKV, DIM, DIM_P, N_QKV)
-        _wait(bar, 0, 2 if PDL else 0)  # the launch before wrote the residual
+        first = weight_tile(wqkv, pid, QKV, DIM, DIM_P, N_QKV)
+        phase_wait(bar, 0, 2 if PDL else 0)  # the launch before wrote the residual
         residual = x
         if EMBED:
             residual = embedding + tl.load(token_ptr).to(tl.int64) * DIM
@@ -413,7 +206,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
             tl.store(between + k, value.to(between.dtype.element_ty), mask=k < DIM)
         _products(wqkv, normed, qkv, first, first, pid, P, QKV, DIM, DIM_P, N_QKV, 0, AHEAD)
     if PHASE == 0 or PHASE == 2:
-        _attention(
+        attention(
             qkv, position, slot_ptr, table, k_cache, v_cache, cos_ptr, sin_ptr, q_norm, k_norm,
             best, total, acc, arrivals, attended, scale, eps, window, pid, bar, P, HEADS,
             KV_HEADS, GROUP, GROUP_P, QUERIES, HEAD_DIM, BLOCK, TILE, SPLITS, COMBINE, QK_NORM,
@@ -423,7 +216,7 @@ def decode_layer_kernel(  # type: ignore[no-untyped-def]  # a Triton kernel: tri
         _plain_products(wo, attended, out, bar, 2 * P, pid, P, DIM, ATT, ATT_P, N_O, WAIT, AHEAD)
     if PHASE == 0 or PHASE == 4:
         first, first_up = _tiles(w13, pid, HIDDEN, DIM, DIM_P, N_13, GLU)
-        _wait(bar, 3 * P, WAIT)
+        phase_wait(bar, 3 * P, WAIT)
         value, normed = _residual_norm(
             between, out, post_attention_norm, ffn_norm, eps, 1.0, DIM, DIM_P, True, SANDWICH,
             OFFSET, False,
