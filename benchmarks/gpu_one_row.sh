@@ -3,7 +3,8 @@
 # `bash benchmarks/gpu_setup.sh wheels` (random weights: no model file): the one-row layer
 # kernel's GPU tests, its phases (with programmatic dependent launch and the --sweep of warps,
 # tiles and combines), the embedded shape end to end at one sequence as the engine chooses at
-# start (`--one-row auto`: the state line gives both timings), with it, without, and with PDL,
+# start (`--one-row auto`: the state line gives both timings), with the kernel forced on, off,
+# and as the engine chooses but without programmatic dependent launch (`--no-one-row-pdl`);
 # and where the model file is there, the real model's greedy tokens both ways.
 #   bash benchmarks/gpu_setup.sh wheels > /dev/null && bash benchmarks/gpu_one_row.sh [PARTS]
 # PARTS: any of tests, phases, batch, wide, 8b, tokens (default: all but 8b; they pass one
@@ -23,7 +24,7 @@ has tests && tail -n 1 "$out/one_row_tests.txt"
 has phases && timeout 300 python3 benchmarks/one_row_phases.py --preset gemma-3-270m --context 400 --sweep \
   > "$out/one_row_phases.txt" 2>&1
 has phases && grep '^{' "$out/one_row_phases.txt"
-has batch && for flag in "" "--one-row on" "--one-row off" "--one-row on --one-row-pdl"; do
+has batch && for flag in "" "--one-row on" "--one-row off" "--no-one-row-pdl"; do
   name=one_row_batch$(tr ' -' '__' <<< "$flag")
   timeout 170 python3 benchmarks/torch_batch.py --preset gemma-3-270m --batches 1 --prompt 160 \
     $flag > "$out/$name.txt" 2>&1

@@ -116,9 +116,10 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true")
     add_one_row_option(parser)
     parser.add_argument(
-        "--one-row-pdl",
+        "--no-one-row-pdl",
         action="store_true",
-        help="the kernel's launches each starting while the one before runs (PDL)",
+        help="the kernel's launches each after the one before ends (the default: PDL, each "
+        "starting while the one before runs)",
     )
     parser.add_argument(
         "--max-seq-len",
@@ -150,7 +151,7 @@ def main() -> None:
         concurrency=max(batches),
         compile=not args.no_compile,
         one_row_kernel=args.one_row,
-        one_row_pdl=args.one_row_pdl,
+        one_row_pdl=not args.no_one_row_pdl,
         compile_mode=args.compile_mode,
         decode_prompt_rows=args.prompt_rows,
         # torch_step.py's parts time the runner itself, which only an in-process core has:

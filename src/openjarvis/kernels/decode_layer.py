@@ -398,8 +398,8 @@ def decode_layer(
     positions, slots: [1] long; table [W] int32.
     `phases`: (0,) one launch of every phase; else the phases (1-5) to launch, one each (all
     five: the interpreter's way; fewer: a benchmark timing a phase). `pdl`: each launch may
-    start while the one before runs (programmatic dependent launch, Hopper; not measured yet:
-    benchmarks/one_row_phases.py times it), waiting for it before reading what it wrote."""
+    start while the one before runs (programmatic dependent launch, Hopper; the engine's
+    default: docs/benchmarks.md), waiting for it before reading what it wrote."""
     s = scratch
     dim = s.x.numel()
     _, block, kv_heads, head_dim = layer.k_cache.shape

@@ -62,9 +62,10 @@ class TorchSettings:
     # "auto": where its steps replay faster at start than the compiled step's (at two rows).
     one_row_kernel: TimedChoice = "auto"
     # Each of those launches starting while the one before runs, its weights loaded before it
-    # waits (programmatic dependent launch: Hopper on, Triton 3.4 on). Off until measured end to
-    # end (benchmarks/gpu_one_row.sh).
-    one_row_pdl: bool = False
+    # waits (programmatic dependent launch: Hopper on, Triton 3.4 on; ignored, and said, where
+    # Triton lacks it). On an H200 it took the Llama-3-8B shape's one sequence from 220 to 236
+    # tok/s and the embedded model's kernel step from 0.535 to 0.426 ms (docs/benchmarks.md).
+    one_row_pdl: bool = True
     seed: int = 0  # random-weights mode only
     # Run the engine's core (scheduler, step loop, rank 0's model) in a process of its own, so
     # that the step loop has an interpreter to itself. None: on the GPU, where the host's pace

@@ -1,9 +1,10 @@
 """A decode step of one row on the GPU through the fused layer kernel (kernels/decode_layer.py):
 five launches a layer instead of the compiled step's dozen kernels, then the last residual add
-and the final norm. For small models, whose one-sequence step is launch-bound (the embedded
-Gemma 3 270M: 0.76 ms a step on an H200 against 0.13 ms of bytes, 0.62 ms with these kernels,
-docs/benchmarks.md). The runner captures it in bucket 1's CUDA graph where `supported` says the
-model fits the kernel.
+and the final norm. A one-sequence step is otherwise launch-bound for small models and loses a
+few microseconds a product for large ones (on an H200, with programmatic dependent launch: the
+embedded Gemma 3 270M 0.426 ms a step against 0.706 for the compiled step, the Llama-3-8B shape
+4.135 against 4.709; docs/benchmarks.md). The runner captures it in bucket 1's CUDA graph where
+`supported` says the model fits the kernel.
 """
 
 import torch
@@ -22,9 +23,10 @@ from openjarvis.runtime.torch.model import ModelConfig, RMSNorm, Transformer, Tr
 
 __all__ = ["LAUNCHES", "OneRowStep", "kernel_constants", "supported"]
 
-# A layer's phases one launch each: on an H200 the embedded shape's 18 layers took 0.474 ms
-# this way against 0.542 as one persistent launch a layer (its barriers cost more than the
-# launches they replace there; benchmarks/one_row_phases.py, docs/benchmarks.md).
+# A layer's phases one launch each: with programmatic dependent launch they beat one
+# persistent launch a layer on every shape measured on an H200 (the embedded shape's 18 layers
+# 0.351 ms against 0.513, the 8B's 32 layers 3.915 against 4.080; benchmarks/one_row_phases.py,
+# docs/benchmarks.md): the grid barriers cost more than the launches they replace.
 LAUNCHES = tuple(range(1, PHASES + 1))
 
 
