@@ -7,11 +7,13 @@
 # and as the engine chooses but without programmatic dependent launch (`--no-one-row-pdl`);
 # and where the model file is there, the real model's greedy tokens both ways.
 #   bash benchmarks/gpu_setup.sh wheels > /dev/null && bash benchmarks/gpu_one_row.sh [PARTS]
-# PARTS: any of tests, phases, batch, wide, 8b, tokens (default: all but 8b; they pass one
-# call's 600 s: run "tests phases", "batch", "wide" and "8b" as calls of their own). `wide`: Llama 3.2 1B's layers through the kernel (rows
-# of 8,192, which the engine does not give it yet) against the compiled step's replay at one
-# row; `8b` the same for the Llama-3-8B shape (rows of 14,336). Each part's full output goes to
-# $OUT; a summary line each is printed.
+# PARTS: any of tests, phases, batch, wide, 8b, contexts, tokens (default: tests phases batch
+# wide tokens; they pass one call's 600 s: run "tests phases", "batch", "wide 8b" and
+# "contexts" as calls of their own). `wide`: Llama 3.2 1B's layers through the kernel (rows of
+# 8,192) against the compiled step's replay at one row; `8b` the same for the Llama-3-8B shape
+# (rows of 14,336); `contexts`: the embedded shape's phases at 16, 100, 400 and 1,600 cached
+# positions (attention's cost a key, and its cost that keys do not explain). Each part's full
+# output goes to $OUT; a summary line each is printed.
 set -uo pipefail  # not -e: each part reports, the next still runs
 export PYTHONPATH=$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
 out=${OUT:-/tmp}
@@ -40,6 +42,13 @@ for preset in llama-3.2-1b llama-3-8b; do  # part `wide`, part `8b`
     > "$out/torch_step_$preset.txt" 2>&1
   grep '^{' "$out/torch_step_$preset.txt" | head -n 2
 done
+if has contexts; then
+  for context in 16 100 400 1600; do
+    timeout 120 python3 benchmarks/one_row_phases.py --preset gemma-3-270m --context "$context" \
+      > "$out/one_row_phases_context_$context.txt" 2>&1
+    grep '^{' "$out/one_row_phases_context_$context.txt"
+  done
+fi
 model=/tmp/model/gemma-3-270m-Q4_K_M.gguf  # gpu_setup.sh's, after the four chunk calls
 if has tokens && [[ -f $model ]]; then
   timeout 240 python3 benchmarks/one_row_tokens.py --model "$model" > "$out/one_row_tokens.txt" 2>&1
