@@ -64,7 +64,7 @@ class TorchSettings:
     # Each of those launches starting while the one before runs, its weights loaded before it
     # waits (programmatic dependent launch: Hopper on, Triton 3.4 on; ignored, and said, where
     # Triton lacks it). On an H200 it took the Llama-3-8B shape's one sequence from 220 to 236
-    # tok/s and the embedded model's kernel step from 0.535 to 0.426 ms (docs/benchmarks.md).
+    # tok/s, and the embedded shape's 18 layers from 0.451 to 0.351 ms (docs/benchmarks.md).
     one_row_pdl: bool = True
     seed: int = 0  # random-weights mode only
     # Run the engine's core (scheduler, step loop, rank 0's model) in a process of its own, so
