@@ -8,12 +8,12 @@
 # and where the model file is there, the real model's greedy tokens both ways.
 #   bash benchmarks/gpu_setup.sh wheels > /dev/null && bash benchmarks/gpu_one_row.sh [PARTS]
 # PARTS: any of tests, phases, batch, wide, 8b, contexts, tokens (default: tests phases batch
-# wide tokens; they pass one call's 600 s: run "tests phases", "batch", "wide 8b" and
+# wide tokens; they pass one call's 600 s: run "tests phases", "batch", "wide", "8b" and
 # "contexts" as calls of their own). `wide`: Llama 3.2 1B's layers through the kernel (rows of
-# 8,192) against the compiled step's replay at one row; `8b` the same for the Llama-3-8B shape
-# (rows of 14,336); `contexts`: the embedded shape's phases at 16, 100, 400 and 1,600 cached
-# positions (attention's cost a key, and its cost that keys do not explain). Each part's full
-# output goes to $OUT; a summary line each is printed.
+# 8,192; with the --sweep) against the compiled step's replay at one row; `8b` the same for the
+# Llama-3-8B shape (rows of 14,336); `contexts`: the embedded shape's phases at 16, 100, 400
+# and 1,600 cached positions (attention's cost a key, and its cost that keys do not explain).
+# Each part's full output goes to $OUT; a summary line each is printed.
 set -uo pipefail  # not -e: each part reports, the next still runs
 export PYTHONPATH=$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
 out=${OUT:-/tmp}
@@ -35,7 +35,7 @@ done
 for preset in llama-3.2-1b llama-3-8b; do  # part `wide`, part `8b`
   part=$([[ $preset == llama-3-8b ]] && echo 8b || echo wide)
   has "$part" || continue
-  timeout 200 python3 benchmarks/one_row_phases.py --preset "$preset" --context 400 \
+  timeout 300 python3 benchmarks/one_row_phases.py --preset "$preset" --context 400 --sweep \
     > "$out/one_row_phases_$preset.txt" 2>&1
   grep '^{' "$out/one_row_phases_$preset.txt"
   timeout 200 python3 benchmarks/torch_step.py --preset "$preset" --batches 1 --context 400 \

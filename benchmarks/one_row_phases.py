@@ -66,9 +66,9 @@ def main() -> None:
         ]
         runs += [("pdl", {}, (five,), True)] if gdc_wait is not None else []
         # The sweep: each phase at 4 warps; attention at other key tiles and its parts combined
-        # several a load; the five launches at 16 keys; and a build whose every phase fits an SM
+        # several a load; the five launches at 16 keys; a build whose every phase fits an SM
         # beside the one before (tiles of at most 8,192 weights, attention at 4 warps:
-        # kernel_resources.py), with and without PDL.
+        # kernel_resources.py), with and without PDL; the products' tiles alone smaller, PDL.
         fit = {"_MOST_TILE": 8192, "_TILE": 16, "_ATTENTION_WARPS": 4, "_COMBINE": 16}
         sweeps: list[tuple[str, dict[str, int], tuple[tuple[int, ...], ...], bool]] = [
             ("warps_4", {"_WARPS": 4, "_ATTENTION_WARPS": 4}, alone, False),
@@ -85,6 +85,12 @@ def main() -> None:
         if gdc_wait is not None:
             sweeps.append(("tile_16_combine_16_pdl", {"_TILE": 16, "_COMBINE": 16}, (five,), True))
             sweeps.append(("fit_pdl", fit, (five,), True))
+            # The products' tiles alone smaller (attention as the engine's): for the wide shapes
+            # every phase then fits beside the one before (8,192 weights; kernel_resources.py).
+            sweeps += [
+                (f"most_tile_{most}_pdl", {"_MOST_TILE": most}, (five,), True)
+                for most in (8192, 16384)
+            ]
         runs += sweeps if args.sweep else []
         for label, changes, launches, pdl in runs:
             kept = {name: getattr(decode_layer, name) for name in changes}
