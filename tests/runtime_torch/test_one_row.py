@@ -44,6 +44,25 @@ def test_a_model_the_kernel_does_not_take_is_named_with_the_reason() -> None:
     assert reason("llama-3-8b") is None
 
 
+def test_pdl_is_used_only_where_triton_and_the_gpu_have_it() -> None:
+    """Programmatic dependent launch compiles to PTX that GPUs before Hopper lack: there the
+    kernel runs without it (an A100 or an RTX 4090 keeps the kernel), and the state says why."""
+    pytest.importorskip("triton")
+    from openjarvis.runtime.torch.one_row import pdl_choice
+
+    assert pdl_choice(True, True, (9, 0)) == (True, ", PDL")
+    assert pdl_choice(True, True, (10, 0)) == (True, ", PDL")
+    assert pdl_choice(True, True, (8, 9)) == (
+        False,
+        ", no PDL (sm_89: it needs compute capability 9.0 or later)",
+    )
+    assert pdl_choice(True, False, (9, 0)) == (
+        False,
+        ", no PDL (this Triton has no grid dependency controls)",
+    )
+    assert pdl_choice(False, True, (9, 0)) == (False, "")
+
+
 def _logits(
     preset: str, one_row: bool, tokens: list[int], prompt: int, pdl: bool = False
 ) -> "torch.Tensor":

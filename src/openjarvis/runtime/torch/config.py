@@ -62,8 +62,8 @@ class TorchSettings:
     # "auto": where its steps replay faster at start than the compiled step's (at two rows).
     one_row_kernel: TimedChoice = "auto"
     # Each of those launches starting while the one before runs, its weights loaded before it
-    # waits (programmatic dependent launch: Hopper on, Triton 3.4 on; ignored, and said, where
-    # Triton lacks it). On an H200 it took the Llama-3-8B shape's one sequence from 220 to 236
+    # waits (programmatic dependent launch: Hopper on, Triton 3.4 on; left out, and said, on an
+    # older GPU or Triton). On an H200 it took the Llama-3-8B shape's one sequence from 220 to 236
     # tok/s, and the embedded shape's 18 layers from 0.451 to 0.351 ms (docs/benchmarks.md).
     one_row_pdl: bool = True
     seed: int = 0  # random-weights mode only

@@ -219,13 +219,14 @@ class Runner:
         if self.world_size > 1:  # the kernel holds whole layers
             return "off: tensor parallelism"
         from openjarvis.kernels.decode_layer import gdc_wait  # needs Triton
-        from openjarvis.runtime.torch.one_row import OneRowStep, supported
+        from openjarvis.runtime.torch.one_row import OneRowStep, pdl_choice, supported
 
         reason = supported(self.model)
         if reason is not None:
             return f"off: {reason}"
         programs = torch.cuda.get_device_properties(self.device).multi_processor_count
-        pdl = settings.one_row_pdl and gdc_wait is not None
+        capability = torch.cuda.get_device_capability(self.device)
+        pdl, pdl_note = pdl_choice(settings.one_row_pdl, gdc_wait is not None, capability)
         step = OneRowStep(self.model, programs, pdl=pdl)
         # One step first, where its kernels compile, against the model's own step on the same
         # inputs: a Triton that cannot build them, or builds them wrong, leaves the compiled
@@ -239,10 +240,8 @@ class Runner:
         if not difference <= _ONE_ROW_TOLERANCE:  # NaN too
             return f"off: its output differs from the model's step ({difference:.3g} of it)"
         self.one_row = step
-        note = f"on: {programs} programs a launch, within {difference:.2g} of the model's step"
-        if settings.one_row_pdl:
-            note += ", PDL" if pdl else ", no PDL (this Triton has no grid dependency controls)"
-        return note
+        within = f"within {difference:.2g} of the model's step"
+        return f"on: {programs} programs a launch, {within}{pdl_note}"
 
     def _time_one_row(self, note: str) -> str:
         """The one-row kernels' graph against the compiled step's two-row graph, replayed in
