@@ -47,8 +47,7 @@ def test_a_model_the_kernel_does_not_take_is_named_with_the_reason() -> None:
 def test_pdl_is_used_only_where_triton_and_the_gpu_have_it() -> None:
     """Programmatic dependent launch compiles to PTX that GPUs before Hopper lack: there the
     kernel runs without it (an A100 or an RTX 4090 keeps the kernel), and the state says why."""
-    pytest.importorskip("triton")
-    from openjarvis.runtime.torch.one_row import pdl_choice
+    from openjarvis.runtime.torch.runner import pdl_choice
 
     assert pdl_choice(True, True, (9, 0)) == (True, ", PDL")
     assert pdl_choice(True, True, (10, 0)) == (True, ", PDL")

@@ -21,7 +21,7 @@ from openjarvis.kernels.decode_layer import (
 )
 from openjarvis.runtime.torch.model import ModelConfig, RMSNorm, Transformer, TransformerBlock
 
-__all__ = ["LAUNCHES", "OneRowStep", "kernel_constants", "pdl_choice", "supported"]
+__all__ = ["LAUNCHES", "OneRowStep", "kernel_constants", "supported"]
 
 # A layer's phases one launch each: with programmatic dependent launch they beat one
 # persistent launch a layer on every shape measured on an H200 (the embedded shape's 18 layers
@@ -42,21 +42,6 @@ def supported(model: Transformer) -> str | None:
         head_dim=config.head_dim, hidden=config.intermediate_size,
     )  # fmt: skip
     return None if fits else "a shape the kernel's tiles do not fit"
-
-
-def pdl_choice(asked: bool, controls: bool, capability: tuple[int, int]) -> tuple[bool, str]:
-    """Whether the kernel's launches use programmatic dependent launch, and what the engine's
-    state adds of it ("" where not asked for): it needs Triton's grid dependency controls
-    (`controls`) and a GPU of compute capability 9.0 or later (Hopper), where the PTX they
-    compile to exists; elsewhere the kernel runs without it."""
-    if not asked:
-        return False, ""
-    if not controls:
-        return False, ", no PDL (this Triton has no grid dependency controls)"
-    if capability < (9, 0):
-        major, minor = capability
-        return False, f", no PDL (sm_{major}{minor}: it needs compute capability 9.0 or later)"
-    return True, ", PDL"
 
 
 def kernel_constants(config: ModelConfig, *, block: int, programs: int) -> dict[str, object]:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # types only; the kernels need Triton, imported when tensor p
     from openjarvis.kernels.gemv_all_reduce import DecodeGemvs
     from openjarvis.runtime.torch.one_row import OneRowStep
 
-__all__ = ["Runner", "Spec"]
+__all__ = ["Runner", "Spec", "pdl_choice"]
 
 # How far the one-row kernels' hidden state may stray from the model's step's at start-up (L2
 # norm of the difference over the step's). Both are bf16 summed in other orders over the same
@@ -219,7 +219,7 @@ class Runner:
         if self.world_size > 1:  # the kernel holds whole layers
             return "off: tensor parallelism"
         from openjarvis.kernels.decode_layer import gdc_wait  # needs Triton
-        from openjarvis.runtime.torch.one_row import OneRowStep, pdl_choice, supported
+        from openjarvis.runtime.torch.one_row import OneRowStep, supported
 
         reason = supported(self.model)
         if reason is not None:
@@ -469,6 +469,21 @@ _Output = TypeVar("_Output")
 def _replays(graph: torch.cuda.CUDAGraph, times: int) -> None:
     for _ in range(times):
         graph.replay()
+
+
+def pdl_choice(asked: bool, controls: bool, capability: tuple[int, int]) -> tuple[bool, str]:
+    """Whether the kernel's launches use programmatic dependent launch, and what the engine's
+    state adds of it ("" where not asked for): it needs Triton's grid dependency controls
+    (`controls`) and a GPU of compute capability 9.0 or later (Hopper), where the PTX they
+    compile to exists; elsewhere the kernel runs without it."""
+    if not asked:
+        return False, ""
+    if not controls:
+        return False, ", no PDL (this Triton has no grid dependency controls)"
+    if capability < (9, 0):
+        major, minor = capability
+        return False, f", no PDL (sm_{major}{minor}: it needs compute capability 9.0 or later)"
+    return True, ", PDL"
 
 
 def _captured(
