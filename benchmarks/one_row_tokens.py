@@ -90,7 +90,7 @@ def _first_difference(mine: list[int], theirs: list[int]) -> int | None:
 
 
 def _margin(logits: "torch.Tensor") -> float:
-    top = logits.float().topk(2).values
+    top = logits.topk(2).values  # float32: TorchEngine.logits
     return float(top[0] - top[1])
 
 

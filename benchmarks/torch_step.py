@@ -29,10 +29,12 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import torch
 from scheduler_host import chained_us  # this folder is on the path
+
+from openjarvis.runtime.torch.config import TimedChoice
 
 if TYPE_CHECKING:
     from openjarvis.runtime.torch.engine import TorchEngine
@@ -56,7 +58,7 @@ def add_one_row_option(parser: argparse.ArgumentParser) -> None:
     """`--one-row`: the engine's `one_row_kernel` setting (torch_batch.py's too)."""
     parser.add_argument(
         "--one-row",
-        choices=("auto", "on", "off"),
+        choices=get_args(TimedChoice),
         default="auto",
         help="one-row steps through the layer kernel: where timed faster at start (the "
         "engine's default), always, or never (the compiled step)",
